@@ -1,0 +1,119 @@
+"""Builds jgsess._C: the C++ kernels (always) and the CUDA kernels (when nvcc is there).
+
+JGSESS_CUDA=auto (default) builds the CUDA kernels if nvcc is found, =1 requires them, =0 skips
+them. The FFI headers come from the installed jaxlib (jax.ffi.include_dir()), so build without
+isolation: pip install --no-build-isolation -e .
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from pybind11.setup_helpers import Pybind11Extension, build_ext
+from setuptools import setup
+
+CUDA_ARCHS = ("80", "90")
+CXX_FLAGS = [
+    "-O3",
+    "-march=native",
+    "-fopenmp-simd",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+    "-fvisibility=hidden",
+]
+
+
+def ffi_include() -> str:
+    import jax.ffi
+
+    return jax.ffi.include_dir()
+
+
+def find_nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    candidates = [os.path.join(home, "bin", "nvcc")] if home else []
+    candidates.append(shutil.which("nvcc") or "")
+    candidates.append("/usr/local/cuda/bin/nvcc")
+    return next((c for c in candidates if c and os.path.exists(c)), None)
+
+
+def cudart_dir(nvcc: str) -> str:
+    """The folder holding libcudart_static.a (nvcc may be a wrapper outside the toolkit)."""
+    roots = [
+        os.environ.get("CUDA_HOME", ""),
+        os.path.dirname(os.path.dirname(os.path.realpath(nvcc))),
+    ]
+    roots.append("/usr/local/cuda")
+    for root in filter(None, roots):
+        for sub in ("lib64", "lib", "targets/x86_64-linux/lib"):
+            if os.path.exists(os.path.join(root, sub, "libcudart_static.a")):
+                return os.path.join(root, sub)
+    sys.exit(f"nvcc at {nvcc}, but no libcudart_static.a next to it (set CUDA_HOME)")
+
+
+def cuda_wanted(nvcc: str | None) -> bool:
+    mode = os.environ.get("JGSESS_CUDA", "auto").strip().lower()
+    if mode in ("0", "off", "false", "no"):
+        return False
+    if mode in ("1", "on", "true", "yes") and nvcc is None:
+        sys.exit("JGSESS_CUDA=1 but nvcc was not found (set CUDA_HOME)")
+    return nvcc is not None
+
+
+class BuildExt(build_ext):
+    """build_ext that first compiles csrc/**/*.cu with nvcc and links the objects in."""
+
+    def build_extensions(self):
+        nvcc = find_nvcc()
+        if cuda_wanted(nvcc):
+            ext = self.extensions[0]
+            ext.extra_objects += self.compile_cuda(nvcc)
+            ext.define_macros.append(("JGSESS_WITH_CUDA", "1"))
+            ext.library_dirs.append(cudart_dir(nvcc))
+            ext.libraries += ["cudart_static", "rt", "dl", "pthread"]
+        super().build_extensions()
+
+    def compile_cuda(self, nvcc: str) -> list[str]:
+        sources = sorted(glob.glob("csrc/kernels/*/*.cu"))
+        out_dir = os.path.join(self.build_temp, "cuda")
+        os.makedirs(out_dir, exist_ok=True)
+        arch = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in CUDA_ARCHS]
+        arch.append(f"-gencode=arch=compute_{CUDA_ARCHS[-1]},code=compute_{CUDA_ARCHS[-1]}")
+
+        def compile_one(source: str) -> str:
+            obj = os.path.join(out_dir, os.path.basename(source) + ".o")
+            cmd = [
+                nvcc,
+                "-c",
+                source,
+                "-o",
+                obj,
+                "-std=c++20",
+                "-O3",
+                "--fmad=false",
+                "-Xcompiler",
+                "-fPIC,-fvisibility=hidden",
+                "-DJGSESS_WITH_CUDA=1",
+                *arch,
+            ]
+            cmd += ["-Icsrc", "-isystem", ffi_include()]
+            print("nvcc", source, flush=True)
+            subprocess.run(cmd, check=True)
+            return obj
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            return list(pool.map(compile_one, sources))
+
+
+extension = Pybind11Extension(
+    "jgsess._C",
+    sorted(glob.glob("csrc/*.cc") + glob.glob("csrc/kernels/*/*.cc")),
+    include_dirs=["csrc"],
+    extra_compile_args=[*CXX_FLAGS, "-isystem", ffi_include()],
+    cxx_std=20,
+)
+
+setup(ext_modules=[extension], cmdclass={"build_ext": BuildExt})
