@@ -1,0 +1,91 @@
+"""The one place that knows how jax versions differ.
+
+Everything jgsess needs from jax's jaxpr machinery goes through here, so a jax release that moves
+a name means one edit. Only public modules are used: `jax.extend.core`, `jax.ffi`,
+`jax.interpreters.{ad,batching,mlir}`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.extend.core as jex
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import batching
+
+ClosedJaxpr = jex.ClosedJaxpr
+Jaxpr = jex.Jaxpr
+Literal = jex.Literal
+Primitive = jex.Primitive
+Var = jex.Var
+DropVar = jex.DropVar
+Tracer = jax.core.Tracer
+ShapedArray = jax.core.ShapedArray
+# how batching rules mark an operand that is not batched (None in newer jax)
+NOT_MAPPED = getattr(batching, "not_mapped", None)
+
+
+def jaxpr_as_fun(closed):
+    """A callable that evaluates `closed` by binding its equations."""
+    return jex.jaxpr_as_fun(closed)
+
+
+def bind(primitive, params: dict, invals) -> list:
+    """Bind `primitive` as an equation with `params` would be bound; always a list of results.
+
+    `get_bind_params` returns (sub-functions, params) before jax 0.9.2, and later a dict that
+    carries the sub-functions under "subfuns" for `bind` itself.
+    """
+    got = primitive.get_bind_params(params)
+    if isinstance(got, tuple):
+        subfuns, rest = got
+        outs = primitive.bind(*subfuns, *invals, **rest)
+    else:
+        outs = primitive.bind(*invals, **got)
+    return list(outs) if primitive.multiple_results else [outs]
+
+
+def is_unspecified(sharding) -> bool:
+    """True for the placeholder jax uses when a nested jit leaves a sharding unspecified."""
+    return sharding is None or type(sharding).__name__ == "UnspecifiedValue"
+
+
+def literal_value(lit):
+    return lit.val
+
+
+def is_literal(atom) -> bool:
+    return isinstance(atom, Literal)
+
+
+def is_drop_var(var) -> bool:
+    return isinstance(var, DropVar)
+
+
+def shape_struct(aval) -> jax.ShapeDtypeStruct:
+    """A ShapeDtypeStruct carrying the aval's weak type, for re-tracing with the same avals."""
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False))
+
+
+def _scalar_operands_allowed() -> bool:
+    # Newer jax lets elementwise binary primitives take a rank-0 operand next to an array;
+    # canonicalization may only drop broadcasts of scalars where this holds.
+    try:
+        jax.eval_shape(
+            lambda x, s: jax.lax.mul_p.bind(x, s),
+            jax.ShapeDtypeStruct((2,), jnp.float32),
+            jax.ShapeDtypeStruct((), jnp.float32),
+        )
+    except Exception:  # noqa: BLE001 - any refusal means "not allowed"
+        return False
+    return True
+
+
+SCALAR_OPERANDS = _scalar_operands_allowed()
+
+
+def aval_nbytes(aval) -> int:
+    shape = getattr(aval, "shape", None)
+    if shape is None:
+        return 0
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize

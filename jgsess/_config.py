@@ -1,0 +1,43 @@
+"""Debugging switches, read from the environment each time they are needed.
+
+JGSESS_DUMP=dir        write the graph after each pass (text, .dot), the execution order (CSV)
+                       and the memory plan (JSON, PNG) under dir/<function>-<n>/
+JGSESS_DISABLE=a,b     turn off the passes named a and b
+JGSESS_KERNELS=off     every fused node runs its pure-JAX reference; =off:adamw,momentum turns
+                       off just those kernels
+JGSESS_STRICT=1        a failure inside the pipeline raises instead of falling back to jax.jit
+JGSESS_VERIFY=1        check the graph's invariants after every pass (always on in the tests)
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def dump_dir() -> str | None:
+    return os.environ.get("JGSESS_DUMP") or None
+
+
+def disabled_passes() -> set[str]:
+    return {p.strip() for p in os.environ.get("JGSESS_DISABLE", "").split(",") if p.strip()}
+
+
+def kernel_enabled(name: str) -> bool:
+    setting = os.environ.get("JGSESS_KERNELS", "").strip().lower()
+    if setting in ("off", "0", "false", "none"):
+        return False
+    if setting.startswith("off:"):
+        return name not in {k.strip() for k in setting[4:].split(",")}
+    return True
+
+
+def strict() -> bool:
+    return _flag("JGSESS_STRICT")
+
+
+def verify() -> bool:
+    return _flag("JGSESS_VERIFY")

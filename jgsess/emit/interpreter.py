@@ -1,0 +1,66 @@
+"""Graph -> jax operations: an interpreter over the execution order, plus a re-trace.
+
+Ordinary nodes bind their primitive again; fused nodes bind their kernel's primitive (which
+lowers to an XLA FFI custom call) or trace their pure-JAX reference, as selection decided;
+intact regions bind the original `custom_jvp_call` / `custom_vjp_call`. Sub-graphs that no pass
+changed are handed back as the jaxprs they came from.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from .. import _compat
+from ..ir.graph import Graph, Node, Region, Value
+
+
+def emit(graph: Graph, args) -> list:
+    """Evaluate `graph` on `args` (arrays or tracers) by binding jax primitives."""
+    env: dict[Value, object] = dict(zip(graph.inputs, args))
+
+    def read(value: Value):
+        return value.const if value.is_const else env[value]
+
+    done: set[Region] = set()
+    for node in graph.live():
+        unit = graph.unit_of(node)
+        if isinstance(unit, Region):
+            if unit not in done:
+                done.add(unit)
+                outs = _compat.bind(unit.primitive, unit.params, [read(v) for v in unit.inputs])
+                for value, out in zip(unit.outputs, outs):
+                    if value.producer is not None and value.producer.region is not None:
+                        env[value] = out
+            continue
+        invals = [read(v) for v in node.inputs]
+        if node.is_fused:
+            outs = node.op.apply(invals, node.params)
+        else:
+            outs = _compat.bind(node.op, _params_with_subgraphs(node), invals)
+        for value, out in zip(node.outputs, outs):
+            env[value] = out
+    return [read(v) for v in graph.outputs]
+
+
+def changed_deep(graph: Graph) -> bool:
+    return any(g.changed for g in graph.walk())
+
+
+def to_closed_jaxpr(graph: Graph):
+    """The ClosedJaxpr computing `graph`: its source if nothing changed, else a re-trace."""
+    if graph.source is not None and not changed_deep(graph):
+        return graph.source
+    structs = [_compat.shape_struct(v.aval) for v in graph.inputs]
+    return jax.make_jaxpr(lambda *args: emit(graph, args))(*structs)
+
+
+def _params_with_subgraphs(node: Node) -> dict:
+    if not node.subgraphs:
+        return node.params
+    params = dict(node.params)
+    for key, sub in node.subgraphs.items():
+        if isinstance(sub, tuple):
+            params[key] = tuple(to_closed_jaxpr(g) for g in sub)
+        else:
+            params[key] = to_closed_jaxpr(sub)
+    return params

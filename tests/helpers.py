@@ -1,0 +1,55 @@
+"""Shared test helpers: tree comparison, running passes, counting ops."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jgsess.emit import emit
+from jgsess.ir import from_jaxpr, verify
+from jgsess.passes.manager import Context, run_pipeline
+
+
+def assert_trees_close(actual, expected, rtol=1e-6, atol=1e-6):
+    """Same tree, dtypes, shapes and weak types; values close (NaNs equal)."""
+    a_leaves, a_tree = jax.tree.flatten(actual)
+    e_leaves, e_tree = jax.tree.flatten(expected)
+    assert a_tree == e_tree, f"{a_tree} != {e_tree}"
+    for a, e in zip(a_leaves, e_leaves):
+        a, e = jnp.asarray(a), jnp.asarray(e)
+        assert a.shape == e.shape, (a.shape, e.shape)
+        assert a.dtype == e.dtype, (a.dtype, e.dtype)
+        assert getattr(a, "weak_type", False) == getattr(e, "weak_type", False)
+        if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, e = jax.random.key_data(a), jax.random.key_data(e)
+        np.testing.assert_allclose(
+            np.asarray(a, np.float64) if a.dtype == jnp.bfloat16 else np.asarray(a),
+            np.asarray(e, np.float64) if e.dtype == jnp.bfloat16 else np.asarray(e),
+            rtol=rtol,
+            atol=atol,
+        )
+
+
+def graph_of(fn, *args):
+    return from_jaxpr(jax.make_jaxpr(fn)(*args))
+
+
+def run_passes(graph, passes, platform="cpu"):
+    ctx = Context(platform=platform, verify=True)
+    records = run_pipeline(graph, passes, ctx)
+    verify(graph)
+    return ctx, records
+
+
+def evaluate(graph, *args):
+    return jax.jit(lambda *a: emit(graph, a))(*args)
+
+
+def count(graph, name: str) -> int:
+    """Nodes named `name` in the graph and its sub-graphs (fused nodes by kernel name)."""
+    return sum(n.name == name for g in graph.walk() for n in g.live())
+
+
+def rand(shape, seed=0, dtype=jnp.float32):
+    return jax.random.normal(jax.random.PRNGKey(seed), shape, dtype)
