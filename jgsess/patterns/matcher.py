@@ -1,0 +1,140 @@
+"""Matching patterns against a graph, and the rule-table rewrite driver.
+
+`match(pattern, value)` yields every way the pattern matches at `value` (commutative operands
+make several). A `Match` holds the named captures, the value each pattern node matched, and the
+matched nodes.
+
+`rewrite(graph, rules)` applies a rule table: each rule is `(pattern, fn)`; `fn(graph, match)`
+returns the value that replaces the pattern's root (`match.root`), the root itself after editing
+its node in place, or None to decline. Unknown ops pass through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from ..ir.graph import Graph, Node, Value
+from .pat import Lit, Pat, Pattern, Var
+
+
+@dataclass
+class Match:
+    """One way a pattern matched: captures by name, and pattern node -> matched value."""
+
+    captures: dict[str, Value] = field(default_factory=dict)
+    values: dict[int, Value] = field(default_factory=dict)
+    root: Value | None = None
+
+    def __getitem__(self, name: str) -> Value:
+        return self.captures[name]
+
+    def get(self, name: str, default=None):
+        return self.captures.get(name, default)
+
+    def value_of(self, pattern: Pattern) -> Value:
+        return self.values[id(pattern)]
+
+    def nodes(self, patterns: dict[int, Pattern]) -> list[Node]:
+        """The nodes matched by `Pat`s (in `patterns`, pattern id -> pattern)."""
+        seen: dict[Node, None] = {}
+        for key, value in self.values.items():
+            if isinstance(patterns[key], Pat):
+                seen[value.producer] = None
+        return list(seen)
+
+    def _with(self, pattern: Pattern, value: Value) -> Match:
+        captures = dict(self.captures)
+        if pattern.name is not None:
+            captures[pattern.name] = value
+        values = dict(self.values)
+        values[id(pattern)] = value
+        return Match(captures, values, self.root)
+
+
+def match(pattern: Pattern, value: Value, state: Match | None = None) -> Iterator[Match]:
+    """Every way `pattern` matches at `value`, extending `state`."""
+    state = state or Match(root=value)
+    seen = state.values.get(id(pattern))
+    if seen is not None:
+        if seen is value:
+            yield state
+        return
+    if pattern.name is not None and pattern.name in state.captures:
+        if state.captures[pattern.name] is not value:
+            return
+    if isinstance(pattern, (Var, Lit)):
+        if pattern.accepts(value):
+            yield state._with(pattern, value)
+        return
+    assert isinstance(pattern, Pat)
+    node = value.producer
+    if node is None or node.is_fused or node.name not in pattern.ops:
+        return
+    if node.outputs[pattern.index] is not value or len(node.inputs) != len(pattern.srcs):
+        return
+    if not pattern.params_match(node.params):
+        return
+    state = state._with(pattern, value)
+    orders = [pattern.srcs]
+    if pattern.commutative:
+        orders.append(pattern.srcs[::-1])
+    for srcs in orders:
+        yield from _match_all(srcs, node.inputs, state)
+
+
+def _match_all(patterns, values, state: Match) -> Iterator[Match]:
+    if not patterns:
+        yield state
+        return
+    for partial in match(patterns[0], values[0], state):
+        yield from _match_all(patterns[1:], values[1:], partial)
+
+
+def pattern_nodes(*roots: Pattern) -> dict[int, Pattern]:
+    """Every pattern node reachable from `roots`, by id."""
+    found: dict[int, Pattern] = {}
+    stack = list(roots)
+    while stack:
+        pattern = stack.pop()
+        if id(pattern) in found:
+            continue
+        found[id(pattern)] = pattern
+        if isinstance(pattern, Pat):
+            stack.extend(pattern.srcs)
+    return found
+
+
+Rule = tuple[Pattern, Callable[[Graph, Match], "Value | None"]]
+
+
+def rewrite(graph: Graph, rules: list[Rule], *, max_rounds: int = 8) -> int:
+    """Apply `rules` to the rewritable nodes of `graph` until none fires; returns the count.
+
+    The replacement value takes over every use of the root; the old nodes are left for DCE.
+    """
+    by_op: dict[str, list[Rule]] = {}
+    for rule in rules:
+        for op in rule[0].ops:
+            by_op.setdefault(op, []).append(rule)
+    total = 0
+    for _ in range(max_rounds):
+        fired = 0
+        for node in graph.live():
+            if not graph.is_live(node) or not graph.is_rewritable(node):
+                continue
+            for pattern, fn in by_op.get(node.name, ()):
+                root = node.outputs[pattern.index]
+                if not graph.num_uses(root):
+                    break
+                new = next(
+                    (v for m in match(pattern, root) if (v := fn(graph, m)) is not None), None
+                )
+                if new is not None:
+                    graph.replace_uses(root, new)
+                    fired += 1
+                    break
+        total += fired
+        if not fired:
+            break
+    return total
