@@ -1,0 +1,1 @@
+"""Passes over the kernel graph, and the pipeline that orders them."""

@@ -1,0 +1,155 @@
+"""canonicalize: one spelling per computation, so each fusion needs one pattern.
+
+    b = integer_pow[y=2] g          b = square g
+    c = mul -0.001 u          ->    c = mul 0.001 u
+    d = add p c                     d = sub p c
+
+The learning rate of a schedule arrives as `convert[weak_type=False] (copy (neg lr))`; the copy
+goes and the weak-type convert moves below the neg, so the same `sub p (mul lr u)` form results.
+
+Every rule is exact in IEEE arithmetic (signed zeros and NaNs included): a fusion may then match
+the canonical form without changing a single bit of what the program computes. Rules that
+change signs apply to floating-point values only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _compat
+from ..ir import ops
+from ..ir.graph import Graph, Node, Value
+from ..patterns import Lit, Match, Pat, Var, rewrite
+from .manager import Context, Pass
+
+_BINARY = ("add", "sub", "mul", "div", "max", "min")
+
+
+def _floating(value: Value) -> bool:
+    return value.dtype is not None and np.issubdtype(value.dtype, np.inexact)
+
+
+def _new(graph: Graph, m: Match, name: str, *inputs: Value) -> Value:
+    node = ops.make(name, list(inputs), m.root.aval)
+    graph.insert(node, before=m.root.producer)
+    return node.outputs[0]
+
+
+def _negative_literal(value: Value) -> bool:
+    number = value.scalar_value()
+    return number is not None and _floating(value) and math.copysign(1.0, number) < 0
+
+
+def _never_negative_zero(value: Value, depth: int = 4) -> bool:
+    """True if `value` can never hold -0.0 (so `value + 0.0` is exactly `value`)."""
+    if value.is_const:
+        return bool(np.all(~np.signbit(np.asarray(value.const))))
+    node = value.producer
+    if node is None or depth == 0:
+        return False
+    if node.name in ("square", "exp", "abs") or (
+        node.name == "integer_pow" and node.params.get("y", 1) % 2 == 0
+    ):
+        return True
+    if node.name == "add":
+        # in round-to-nearest a sum is -0.0 only when both operands are -0.0
+        return any(_never_negative_zero(v, depth - 1) for v in node.inputs)
+    return False
+
+
+def _drop_scalar_broadcasts(graph: Graph, m: Match) -> Value | None:
+    # add x (broadcast_in_dim s) -> add x s   (jax broadcasts a rank-0 operand itself)
+    node = m.root.producer
+    for i, operand in enumerate(node.inputs):
+        other = node.inputs[1 - i]
+        producer = operand.producer
+        if (
+            producer is not None
+            and producer.name == "broadcast_in_dim"
+            and producer.inputs[0].ndim == 0
+            and producer.inputs[0].dtype == operand.dtype
+            and other.shape == m.root.shape
+            and graph.is_rewritable(producer)
+        ):
+            graph.set_input(node, i, producer.inputs[0])
+            return m.root
+    return None
+
+
+def _sink_weak_convert(graph: Graph, m: Match) -> Value | None:
+    convert = m.root.producer
+    if convert.params.get("new_dtype") != m["x"].dtype or not _floating(m["x"]):
+        return None
+    moved = Node(convert.op, [m["x"]], [m.root.aval], convert.params)
+    graph.insert(moved, before=convert)
+    return _new(graph, m, "neg", moved.outputs[0])
+
+
+def _same_aval(m: Match) -> bool:
+    return m["x"].aval == m.root.aval
+
+
+x, y = Var("x"), Var("y")
+PLAIN = {"out_dtype": None}  # a mul that does not change dtype
+RULES = [
+    # integer_pow[y=1] x -> x
+    (Pat("integer_pow", [x], params={"y": 1}), lambda g, m: m["x"]),
+    # integer_pow[y=2] x -> square x ; mul x x -> square x
+    (
+        Pat("integer_pow", [x], params={"y": 2}),
+        lambda g, m: _new(g, m, "square", m["x"]) if _floating(m["x"]) else None,
+    ),
+    (
+        Pat("mul", [x, x], params=PLAIN),
+        lambda g, m: _new(g, m, "square", m["x"]) if _floating(m["x"]) else None,
+    ),
+    # mul 1.0 x -> x
+    (Pat("mul", [Lit(1.0), x], params=PLAIN), lambda g, m: m["x"] if _same_aval(m) else None),
+    # mul -1.0 x -> neg x
+    (
+        Pat("mul", [Lit(-1.0), x], params=PLAIN),
+        lambda g, m: _new(g, m, "neg", m["x"]) if _floating(m["x"]) and _same_aval(m) else None,
+    ),
+    # neg (neg x) -> x
+    (Pat("neg", [Pat("neg", [x])]), lambda g, m: m["x"]),
+    # mul c x (c < 0 literal) -> neg (mul -c x)
+    (
+        Pat("mul", [Var("c", _negative_literal), x], params=PLAIN),
+        lambda g, m: _new(
+            g, m, "neg", _new(g, m, "mul", ops.const(-m["c"].scalar_value(), m["c"]), m["x"])
+        ),
+    ),
+    # mul (neg a) b -> neg (mul a b)
+    (
+        Pat("mul", [Pat("neg", [x]), y], params=PLAIN),
+        lambda g, m: (
+            _new(g, m, "neg", _new(g, m, "mul", m["x"], m["y"])) if _floating(m.root) else None
+        ),
+    ),
+    # add a (neg b) -> sub a b ; sub a (neg b) -> add a b
+    (Pat("add", [x, Pat("neg", [y])]), lambda g, m: _new(g, m, "sub", m["x"], m["y"])),
+    (Pat("sub", [x, Pat("neg", [y])]), lambda g, m: _new(g, m, "add", m["x"], m["y"])),
+    # add x -0.0 -> x ; sub x 0.0 -> x ; add x 0.0 -> x where x is never -0.0
+    (Pat("add", [x, Lit(-0.0)]), lambda g, m: m["x"] if _same_aval(m) else None),
+    (Pat("sub", [x, Lit(0.0)]), lambda g, m: m["x"] if _same_aval(m) else None),
+    (
+        Pat("add", [x, Lit(0.0)]),
+        lambda g, m: m["x"] if _same_aval(m) and _never_negative_zero(m["x"]) else None,
+    ),
+    # convert_element_type x to its own dtype and weak type -> x ; copy x -> x
+    (Pat("convert_element_type", [x]), lambda g, m: m["x"] if _same_aval(m) else None),
+    (Pat("copy", [x]), lambda g, m: m["x"] if _same_aval(m) else None),
+    # a weak-type-only convert of (neg x) -> neg (convert x), so the neg can meet its add
+    (Pat("convert_element_type", [Pat("neg", [x])]), _sink_weak_convert),
+]
+if _compat.SCALAR_OPERANDS:
+    RULES.append((Pat(_BINARY, [x, y]), _drop_scalar_broadcasts))
+
+
+def run(graph: Graph, ctx: Context) -> int:
+    return rewrite(graph, RULES)
+
+
+PASS = Pass("canonicalize", run, doc=__doc__)

@@ -1,0 +1,84 @@
+"""The pass manager: runs named passes in order, times them, counts rewrites, checks, dumps.
+
+A pass is a name (kebab-case) and a function `run(graph, ctx) -> int` that returns how many
+rewrites it made. Passes marked `recursive` also run on every sub-graph (cond branches, loop
+bodies). After each pass the manager settles the graph (drops removed nodes, restores the
+execution order), verifies it when asked, and writes it to `JGSESS_DUMP` when set.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .. import _config
+from ..ir import Graph, graph_dot, graph_text, interface_of, order_csv, verify
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Graph, Context], int]
+    recursive: bool = True
+    doc: str = ""
+
+
+@dataclass
+class PassRecord:
+    name: str
+    seconds: float
+    rewrites: int
+    skipped: bool = False
+
+
+@dataclass
+class Context:
+    """What passes may know about the compilation besides the graph."""
+
+    platform: str = "cpu"
+    verify: bool = False
+    dump_dir: str | None = None
+    # facts passes record for the report: fusions, kernel choices, the memory plan, hints
+    notes: dict = field(default_factory=dict)
+
+    def note(self, key: str, item) -> None:
+        self.notes.setdefault(key, []).append(item)
+
+
+def run_pipeline(graph: Graph, passes: list[Pass], ctx: Context) -> list[PassRecord]:
+    """Run `passes` over `graph` in order; returns one record per pass."""
+    disabled = _config.disabled_passes()
+    interface = interface_of(graph)
+    records = []
+    if ctx.dump_dir:
+        os.makedirs(ctx.dump_dir, exist_ok=True)
+        _dump(graph, ctx.dump_dir, "00-input")
+    for i, p in enumerate(passes, start=1):
+        if p.name in disabled:
+            records.append(PassRecord(p.name, 0.0, 0, skipped=True))
+            continue
+        start = time.perf_counter()
+        rewrites = 0
+        graphs = list(graph.walk()) if p.recursive else [graph]
+        for g in graphs:
+            rewrites += p.run(g, ctx)
+            g.settle()
+        seconds = time.perf_counter() - start
+        records.append(PassRecord(p.name, seconds, rewrites))
+        if ctx.verify:
+            verify(graph, interface)
+        if ctx.dump_dir:
+            _dump(graph, ctx.dump_dir, f"{i:02d}-{p.name}")
+    if ctx.dump_dir:
+        with open(os.path.join(ctx.dump_dir, "order.csv"), "w") as f:
+            f.write(order_csv(graph))
+    return records
+
+
+def _dump(graph: Graph, directory: str, stem: str) -> None:
+    with open(os.path.join(directory, stem + ".txt"), "w") as f:
+        f.write(graph_text(graph) + "\n")
+    with open(os.path.join(directory, stem + ".dot"), "w") as f:
+        f.write(graph_dot(graph) + "\n")
