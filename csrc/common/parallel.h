@@ -1,0 +1,71 @@
+// CPU work sharing for multi-tensor kernels.
+//
+// A group of tensors is cut into chunks of a fixed number of elements. Chunks run across tensor
+// boundaries, so the work splits by bytes, not by tensor: 200 small tensors and one large one
+// give every thread the same share. Threads come from XLA's intra-op pool; the calling thread
+// works too and only waits for chunks that another thread is already running, so a busy pool
+// can slow a call down but never deadlock it.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common/ffi.h"
+
+namespace jgsess {
+
+// Elements per chunk: 64 KiB of f32 per stream, large enough to amortize a claim, small
+// enough to balance two to a few dozen threads.
+constexpr int64_t kCpuChunk = 16384;
+
+// Prefix sums of tensor sizes: tensor t covers [offsets[t], offsets[t+1]) of the group.
+class TensorGroup {
+ public:
+  explicit TensorGroup(const std::vector<int64_t>& sizes) : offsets_(sizes.size() + 1, 0) {
+    for (size_t t = 0; t < sizes.size(); ++t) offsets_[t + 1] = offsets_[t] + sizes[t];
+  }
+  int64_t total() const { return offsets_.back(); }
+  int64_t num_chunks() const { return (total() + kCpuChunk - 1) / kCpuChunk; }
+
+  // Calls f(tensor, begin, end) for the pieces of every tensor that chunk c covers.
+  template <typename F>
+  void ForChunk(int64_t c, F&& f) const {
+    int64_t lo = c * kCpuChunk, hi = std::min(total(), lo + kCpuChunk);
+    size_t t = std::upper_bound(offsets_.begin(), offsets_.end(), lo) - offsets_.begin() - 1;
+    for (; t + 1 < offsets_.size() && offsets_[t] < hi; ++t) {
+      int64_t begin = std::max(lo, offsets_[t]) - offsets_[t];
+      int64_t end = std::min(hi, offsets_[t + 1]) - offsets_[t];
+      if (begin < end) f(t, begin, end);
+    }
+  }
+
+ private:
+  std::vector<int64_t> offsets_;
+};
+
+// Runs body(c) for c in [0, n) on the pool and the calling thread; returns when all are done.
+template <typename F>
+void ParallelFor(ffi::ThreadPool& pool, int64_t n, F body) {
+  if (n <= 0) return;
+  struct Shared {
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+  };
+  auto shared = std::make_shared<Shared>();
+  auto work = [shared, n, body]() {
+    for (int64_t c; (c = shared->next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+      body(c);
+      shared->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  int64_t helpers = std::min<int64_t>(pool.num_threads(), n - 1);
+  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([work] { work(); });
+  work();
+  while (shared->done.load(std::memory_order_acquire) < n) std::this_thread::yield();
+}
+
+}  // namespace jgsess

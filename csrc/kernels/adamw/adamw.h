@@ -1,0 +1,78 @@
+// Adam / AdamW update, one element at a time; shared by the CPU and CUDA handlers.
+//
+// Operands (per tensor): p, g, m, v -> p', m', v'. Hyper-parameters are rank-0 f32 buffers, so a
+// learning-rate schedule never recompiles. The order of operations is the reference's
+// (jgsess/kernels/adamw.py), so results match it bit for bit:
+//
+//   m' = omb1*g + b1*m            v' = omb2*g*g + b2*v
+//   m^ = m'/bc1                   v^ = v'/bc2                       (kBiasCorrection)
+//   u  = m^ / (sqrt(v^ + eps_root) + eps)                           (eps_root: kEpsRoot)
+//   u += wd*p                                                       (kWeightDecay)
+//   p' = p - lr*u
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/ffi.h"
+
+#if defined(__CUDACC__)
+#define JGSESS_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define JGSESS_HOST_DEVICE inline
+#endif
+
+namespace jgsess {
+
+enum AdamwFlags : int64_t {
+  kBiasCorrection = 1,
+  kEpsRoot = 2,
+  kWeightDecay = 4,
+};
+
+constexpr int kAdamwScalars = 10;  // b1, omb1, b2, omb2, bc1, bc2, eps, eps_root, wd, lr
+
+struct AdamwHyper {
+  float b1, omb1, b2, omb2, bc1, bc2, eps, eps_root, wd, lr;
+};
+
+template <int64_t kFlags>
+JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, float p, float g, float m, float v,
+                                     float* p_out, float* m_out, float* v_out) {
+  float m2 = h.omb1 * g + h.b1 * m;
+  float v2 = h.omb2 * (g * g) + h.b2 * v;
+  float mhat = m2, vhat = v2;
+  if constexpr ((kFlags & kBiasCorrection) != 0) {
+    mhat = m2 / h.bc1;
+    vhat = v2 / h.bc2;
+  }
+  if constexpr ((kFlags & kEpsRoot) != 0) vhat = vhat + h.eps_root;
+  float u = mhat / (sqrtf(vhat) + h.eps);
+  if constexpr ((kFlags & kWeightDecay) != 0) u = u + h.wd * p;
+  *p_out = p - h.lr * u;
+  *m_out = m2;
+  *v_out = v2;
+}
+
+// Calls f.template operator()<kFlags>() with `flags` as a compile-time constant.
+template <typename F>
+ffi::Error DispatchAdamwFlags(int64_t flags, F&& f) {
+  switch (flags) {
+    case 0: return f.template operator()<0>();
+    case 1: return f.template operator()<1>();
+    case 2: return f.template operator()<2>();
+    case 3: return f.template operator()<3>();
+    case 4: return f.template operator()<4>();
+    case 5: return f.template operator()<5>();
+    case 6: return f.template operator()<6>();
+    case 7: return f.template operator()<7>();
+    default: return ffi::Error(ffi::ErrorCode::kInvalidArgument, "adamw: unknown flags");
+  }
+}
+
+}  // namespace jgsess
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(AdamwCpu);
+#if defined(JGSESS_WITH_CUDA)
+XLA_FFI_DECLARE_HANDLER_SYMBOL(AdamwCuda);
+#endif

@@ -1,0 +1,50 @@
+// The one table of FFI targets: target name -> {platform: handler capsule}.
+#include "registrations.h"
+
+#include <type_traits>
+
+#include "kernels/adamw/adamw.h"
+
+namespace jgsess {
+namespace {
+
+template <typename T>
+pybind11::capsule Capsule(T* handler) {
+  static_assert(std::is_invocable_r_v<XLA_FFI_Error*, T, XLA_FFI_CallFrame*>,
+                "an FFI handler must take an XLA_FFI_CallFrame*");
+  return pybind11::capsule(reinterpret_cast<void*>(handler), "xla._CUSTOM_CALL_TARGET");
+}
+
+// {"cpu": cpu} plus {"CUDA": cuda} when the CUDA kernels are built in.
+template <typename Cpu, typename Cuda>
+pybind11::dict Platforms(Cpu* cpu, [[maybe_unused]] Cuda* cuda) {
+  pybind11::dict platforms;
+  platforms["cpu"] = Capsule(cpu);
+#if defined(JGSESS_WITH_CUDA)
+  platforms["CUDA"] = Capsule(cuda);
+#endif
+  return platforms;
+}
+
+#if !defined(JGSESS_WITH_CUDA)
+// Stand-ins so the table reads the same with and without CUDA; never called.
+constexpr XLA_FFI_Error* (*AdamwCuda)(XLA_FFI_CallFrame*) = nullptr;
+#endif
+
+}  // namespace
+
+pybind11::dict Registrations() {
+  pybind11::dict table;
+  table["jgsess_adamw"] = Platforms(AdamwCpu, AdamwCuda);
+  return table;
+}
+
+bool HasCuda() {
+#if defined(JGSESS_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace jgsess

@@ -1,0 +1,52 @@
+"""The compiled kernels (`jgsess._C`): which FFI targets exist, for which platforms.
+
+Targets are registered with `jax.ffi.register_ffi_target` once, the first time a kernel's
+primitive is made. Without the extension (a source checkout that was never built) every fused
+node runs its pure-JAX reference.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import jax
+
+# FFI registration platform -> jax lowering platform
+_LOWERING_PLATFORM = {"cpu": "cpu", "CUDA": "cuda"}
+
+
+@functools.cache
+def _module():
+    try:
+        from .. import _C
+    except ImportError as err:
+        warnings.warn(
+            f"jgsess._C is not built ({err}); fused nodes will run their pure-JAX references. "
+            "Build it with `pip install --no-build-isolation -e .`",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    return _C
+
+
+@functools.cache
+def targets() -> dict[str, frozenset[str]]:
+    """FFI target name -> the jax lowering platforms it has a compiled kernel for."""
+    module = _module()
+    if module is None:
+        return {}
+    found: dict[str, frozenset[str]] = {}
+    for name, platforms in module.registrations().items():
+        lowered = set()
+        for platform, capsule in platforms.items():
+            jax.ffi.register_ffi_target(name, capsule, platform=platform)
+            lowered.add(_LOWERING_PLATFORM[platform])
+        found[name] = frozenset(lowered)
+    return found
+
+
+def has_cuda() -> bool:
+    module = _module()
+    return bool(module and module.has_cuda())

@@ -1,0 +1,138 @@
+"""KernelSpec, and the one factory that turns a spec into a JAX primitive.
+
+A spec names a fused operation and carries its pure-JAX reference, which is at once the fallback
+(platforms with no compiled kernel, `JGSESS_KERNELS=off`), the differentiation and batching
+rule, and the test oracle. The primitive `jgsess_<name>`:
+
+  abstract eval   from the reference (`jax.eval_shape`)
+  lowering        XLA FFI custom call `jgsess_<name>` on platforms with a compiled kernel, with
+                  the in-place aliases the memory planner chose; the reference elsewhere
+  jvp             primal through the primitive, tangent through `jax.jvp` of the reference
+  batching        elementwise kernels batch through the kernel; others vmap the reference
+
+A fused node's params are the spec's static params plus `impl` ("kernel" or "xla", set by
+selection) and `aliases` (pairs (operand, result), set by the memory planner).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+from jax.interpreters import ad, batching, mlir
+
+from .. import _compat
+from . import _native
+
+NODE_ONLY_PARAMS = frozenset({"impl"})
+PRIMITIVE_ONLY_PARAMS = frozenset({"aliases"})
+
+
+@dataclass(frozen=True, eq=False)
+class KernelSpec:
+    """A fused operation with a compiled kernel and a pure-JAX reference.
+
+    Args:
+      name: short name; the FFI target is `jgsess_<name>`, the C++ handlers `<Name>Cpu` /
+        `<Name>Cuda`, the pass `fuse-<name>`.
+      reference: `(*operands, **static) -> tuple of arrays`, the meaning of the operation.
+      inplace: `(static, number of operands) -> {operand: result}` pairs that may share a
+        buffer.
+      attrs: `static -> dict` of FFI attributes (numpy scalars) for the C++ handler.
+      elementwise: operands and results are elementwise-aligned (batching may use the kernel).
+      prefer_kernel: `(node, platform) -> (bool, reason)`, the cost model; the default always
+        takes the kernel where one is compiled.
+      doc: one line for reports.
+    """
+
+    name: str
+    reference: Callable
+    inplace: Callable[[dict, int], dict[int, int]] = field(default=lambda static, n: {})
+    attrs: Callable[[dict], dict] = field(default=lambda static: {})
+    elementwise: bool = False
+    prefer_kernel: Callable | None = None
+    doc: str = ""
+
+    is_kernel_spec = True
+
+    @property
+    def target(self) -> str:
+        return f"jgsess_{self.name}"
+
+    def platforms(self) -> frozenset[str]:
+        """The jax platforms with a compiled kernel for this spec."""
+        return _native.targets().get(self.target, frozenset())
+
+    @functools.cached_property
+    def primitive(self):
+        return _make_primitive(self)
+
+    def static(self, params: dict) -> dict:
+        return {
+            k: v for k, v in params.items() if k not in NODE_ONLY_PARAMS | PRIMITIVE_ONLY_PARAMS
+        }
+
+    def run_reference(self, operands, params: dict) -> list:
+        return list(self.reference(*operands, **self.static(params)))
+
+    def apply(self, operands, params: dict) -> list:
+        """Emit the node: bind the kernel's primitive, or trace the reference (XLA's own code)."""
+        if params.get("impl") == "kernel":
+            bound = {k: v for k, v in params.items() if k not in NODE_ONLY_PARAMS}
+            bound.setdefault("aliases", ())
+            return list(self.primitive.bind(*operands, **bound))
+        return self.run_reference(operands, params)
+
+
+def _make_primitive(spec: KernelSpec):
+    prim = _compat.Primitive(spec.target)
+    prim.multiple_results = True
+
+    def reference(*args, **params):
+        return spec.reference(*args, **spec.static(params))
+
+    def abstract_eval(*avals, **params):
+        structs = [_compat.shape_struct(a) for a in avals]
+        outs = jax.eval_shape(functools.partial(reference, **params), *structs)
+        return [_compat.ShapedArray(o.shape, o.dtype) for o in outs]
+
+    def impl(*args, **params):
+        return jax.jit(functools.partial(prim.bind, **params))(*args)
+
+    def jvp(primals, tangents, **params):
+        tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
+        outs = prim.bind(*primals, **params)
+        _, tangent_outs = jax.jvp(functools.partial(reference, **params), tuple(primals), tangents)
+        return outs, list(tangent_outs)
+
+    def batch(args, dims, **params):
+        if spec.elementwise and all(
+            d is _compat.NOT_MAPPED or a.ndim > 1 for a, d in zip(args, dims)
+        ):
+            size = next(a.shape[d] for a, d in zip(args, dims) if d is not _compat.NOT_MAPPED)
+            moved = [
+                jnp.moveaxis(a, d, 0)
+                if d is not _compat.NOT_MAPPED
+                else (jnp.broadcast_to(a, (size, *a.shape)) if a.ndim else a)
+                for a, d in zip(args, dims)
+            ]
+            return prim.bind(*moved, **params), [0] * len(abstract_eval(*moved, **params))
+        in_axes = [None if d is _compat.NOT_MAPPED else d for d in dims]
+        outs = jax.vmap(functools.partial(reference, **params), in_axes=in_axes)(*args)
+        return list(outs), [0] * len(outs)
+
+    def ffi_rule(ctx, *args, **params):
+        lowering = jax.ffi.ffi_lowering(spec.target, operand_output_aliases=dict(params["aliases"]))
+        return lowering(ctx, *args, **spec.attrs(spec.static(params)))
+
+    prim.def_abstract_eval(abstract_eval)
+    prim.def_impl(impl)
+    ad.primitive_jvps[prim] = jvp
+    batching.primitive_batchers[prim] = batch
+    mlir.register_lowering(prim, mlir.lower_fun(reference, multiple_results=True))
+    for platform in spec.platforms():
+        mlir.register_lowering(prim, ffi_rule, platform=platform)
+    return prim
