@@ -1,0 +1,47 @@
+"""In-place results: which operands of a kernel may share a buffer with its results.
+
+A kernel declares the pairs it can compute in place (KernelSpec.inplace). A pair is taken when
+the operand's buffer is free to be overwritten at that point:
+
+  - it is not a constant and not a graph output (those buffers must survive the call);
+  - it is a donated graph input, or an intermediate value;
+  - the kernel is its last reader (a later reader would force XLA to copy it first);
+  - operand and result have the same shape and dtype, and no other result took it already.
+
+Then XLA writes the result over the operand (`input_output_aliases`), with no second copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.graph import Graph, Node
+
+
+@dataclass(frozen=True)
+class AliasDecision:
+    pairs: tuple[tuple[int, int], ...]
+    # graph-input positions that would have been aliased had they been donated
+    undonated: tuple[int, ...]
+
+
+def choose_aliases(graph: Graph, node: Node, order: dict[Node, int]) -> AliasDecision:
+    spec = node.op
+    candidates = spec.inplace(spec.static(node.params), len(node.inputs))
+    inputs = {v: i for i, v in enumerate(graph.inputs)}
+    outputs = set(graph.outputs)
+    pairs, undonated, taken = [], [], set()
+    for operand, result in sorted(candidates.items()):
+        value, out = node.inputs[operand], node.outputs[result]
+        if value.is_const or value in outputs or value in taken:
+            continue
+        if (value.shape, value.dtype) != (out.shape, out.dtype):
+            continue
+        if node.inputs.count(value) > 1 or any(order[u] > order[node] for u in value.users):
+            continue
+        if value in inputs and not graph.donated[inputs[value]]:
+            undonated.append(inputs[value])
+            continue
+        taken.add(value)
+        pairs.append((operand, result))
+    return AliasDecision(tuple(pairs), tuple(undonated))

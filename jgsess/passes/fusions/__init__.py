@@ -1,0 +1,1 @@
+"""Fusions: one file each, holding its patterns, guard and replacement."""

@@ -1,0 +1,25 @@
+"""The pipeline: every pass, in order, in one list [GPUSession::CompileGraphImpl]."""
+
+from __future__ import annotations
+
+from . import add_any, canonicalize, casts, dce, plan, select, transposes
+from .fusions import fuse_adamw
+from .manager import Pass
+
+
+def default_pipeline() -> list[Pass]:
+    return [
+        # optimize: device-independent rewrites (GPUSession::Optimize)
+        canonicalize.PASS,
+        casts.PASS,
+        transposes.PAIR_PASS,
+        transposes.DEDUP_PASS,
+        add_any.PASS,
+        dce.PASS,
+        fuse_adamw.PASS,
+        dce.PASS,
+        # select: a compiled kernel or XLA's code for each fused node (GPUSession::SelectKernel)
+        select.PASS,
+        # plan: in-place results (KernelRuntime::AssignMemory)
+        plan.PASS,
+    ]

@@ -1,0 +1,55 @@
+"""select-kernels: for each fused node, its compiled kernel or XLA's own code
+[GPUSession::SelectKernel].
+
+    p2 m2 v2 = jgsess.adamw[flags=7] ...    ->   jgsess.adamw[flags=7, impl=kernel] ...
+
+XLA's code (the node's pure-JAX reference, traced inline so XLA fuses it with its neighbours) is
+chosen when the platform has no compiled kernel, when `JGSESS_KERNELS` turns the kernel off, or
+when the spec's cost model says XLA is as fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import _compat, _config
+from ..ir.graph import Graph, Node
+from .manager import Context, Pass
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    kernel: str
+    impl: str  # "kernel" or "xla"
+    reason: str
+    operands: int
+    nbytes: int
+
+
+def choose(node: Node, platform: str) -> tuple[str, str]:
+    spec = node.op
+    if not _config.kernel_enabled(spec.name):
+        return "xla", "JGSESS_KERNELS turns it off"
+    if platform not in spec.platforms():
+        return "xla", f"no compiled {platform} kernel"
+    if spec.prefer_kernel is not None:
+        wins, reason = spec.prefer_kernel(node, platform)
+        return ("kernel" if wins else "xla"), reason
+    return "kernel", f"compiled {platform} kernel"
+
+
+def run(graph: Graph, ctx: Context) -> int:
+    count = 0
+    for node in graph.live():
+        if not node.is_fused:
+            continue
+        impl, reason = choose(node, ctx.platform)
+        node.params["impl"] = impl
+        graph.changed = True
+        count += impl == "kernel"
+        nbytes = sum(_compat.aval_nbytes(v.aval) for v in node.inputs)
+        ctx.note("kernels", KernelChoice(node.op.name, impl, reason, len(node.inputs), nbytes))
+    return count
+
+
+PASS = Pass("select-kernels", run, doc=__doc__)

@@ -1,0 +1,55 @@
+"""One compilation: jaxpr -> kernel graph -> pipeline -> optimized jaxpr, and its record.
+
+This is the counterpart of MindSpore's GPUSession::CompileGraphImpl; `jgsess.jit` runs it once
+per input signature, inside jax.jit's trace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+
+import jax
+
+from . import _compat, _config
+from .emit import emit
+from .ir import from_jaxpr, graph_text
+from .passes.manager import Context, PassRecord, run_pipeline
+from .passes.pipeline import default_pipeline
+
+_dump_counter = itertools.count()
+
+
+@dataclass
+class Session:
+    """What happened when one input signature was compiled."""
+
+    name: str
+    platform: str
+    records: list[PassRecord] = field(default_factory=list)
+    notes: dict = field(default_factory=dict)
+    fallback: str | None = None
+    graph: str = ""
+    jaxpr: object = None
+    donated: tuple[bool, ...] = ()
+
+
+def compile_jaxpr(closed, *, name: str, donated, platform: str | None = None):
+    """Optimize `closed`; returns (optimized ClosedJaxpr, Session). Raises on pipeline failure."""
+    platform = platform or jax.default_backend()
+    graph = from_jaxpr(closed)
+    graph.donated = list(donated)
+    dump = _config.dump_dir()
+    ctx = Context(
+        platform=platform,
+        verify=_config.verify(),
+        dump_dir=os.path.join(dump, f"{name}-{next(_dump_counter)}") if dump else None,
+    )
+    records = run_pipeline(graph, default_pipeline(), ctx)
+    structs = [_compat.shape_struct(v.aval) for v in graph.inputs]
+    optimized = jax.make_jaxpr(lambda *args: emit(graph, args))(*structs)
+    session = Session(
+        name, platform, records, ctx.notes, None, graph_text(graph), optimized, tuple(donated)
+    )
+    return optimized, session

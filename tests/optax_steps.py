@@ -1,0 +1,47 @@
+"""Unmodified optax train-step updates on a parameter tree of odd shapes, for fusion tests."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+import jgsess
+from tests.helpers import assert_trees_close
+
+SHAPES = {"w1": (13, 7), "b1": (7,), "w2": (7, 3, 5), "b2": (1,), "scale": (1023,)}
+
+
+def tree(seed: int, scale: float = 1.0, shapes=SHAPES):
+    key = jax.random.PRNGKey(seed)
+    return {
+        name: scale * jax.random.normal(jax.random.fold_in(key, i), shape)
+        for i, (name, shape) in enumerate(sorted(shapes.items()))
+    }
+
+
+def update_step(opt):
+    def step(params, state, grads):
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    return step
+
+
+def compare(opt, steps: int = 3, donate: bool = True, params=None, rtol=2e-6, atol=1e-7):
+    """Runs `steps` updates with jax.jit and jgsess.jit; returns jgsess's report."""
+    params = tree(0) if params is None else params
+    state = opt.init(params)
+    step = update_step(opt)
+    donate_argnums = (0, 1) if donate else None
+    fused = jgsess.jit(step, donate_argnums=donate_argnums)
+    plain = jax.jit(step)
+    report = fused.report(params, state, tree(1, 0.1, {k: v.shape for k, v in params.items()}))
+    p1, s1 = params, state
+    p2, s2 = jax.tree.map(jnp.copy, params), jax.tree.map(jnp.copy, state)
+    for i in range(steps):
+        grads = tree(10 + i, 0.1, {k: v.shape for k, v in params.items()})
+        p1, s1 = plain(p1, s1, grads)
+        p2, s2 = fused(p2, s2, grads)
+        assert_trees_close((p2, s2), (p1, s1), rtol=rtol, atol=atol)
+    return report
