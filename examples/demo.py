@@ -81,8 +81,10 @@ def main() -> None:
     opt = optax.adamw(1e-3, weight_decay=1e-4)
     params = model.init(key, x_all[:1])
     n_params = sum(p.size for p in jax.tree.leaves(params))
-    print(f"jax {jax.__version__} on {jax.default_backend()}: flax MLP {model.widths}, "
-          f"{n_params:,} parameters in {len(jax.tree.leaves(params))} arrays, AdamW")
+    print(
+        f"jax {jax.__version__} on {jax.default_backend()}: flax MLP {model.widths}, "
+        f"{n_params:,} parameters in {len(jax.tree.leaves(params))} arrays, AdamW"
+    )
 
     step = make_step(model, opt)
     fused = jgsess.jit(step, donate_argnums=(0, 1))
@@ -107,9 +109,10 @@ def main() -> None:
     jax.block_until_ready(plain(*plain_state, *batches[0]))
     plain_state = jax.tree.map(jnp.copy, state)
     rounds = []
+    per_round = max(1, args.timing_reps // 5)
     for _ in range(5):
-        t_plain, plain_state = median_ms(plain, plain_state, batches, args.timing_reps // 5)
-        t_fused, fused_state = median_ms(fused, fused_state, batches, args.timing_reps // 5)
+        t_plain, plain_state = median_ms(plain, plain_state, batches, per_round)
+        t_fused, fused_state = median_ms(fused, fused_state, batches, per_round)
         rounds.append((t_plain, t_fused))
     t_plain = statistics.median(r[0] for r in rounds)
     t_fused = statistics.median(r[1] for r in rounds)

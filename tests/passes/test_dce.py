@@ -18,7 +18,9 @@ def test_dead_nodes_are_removed_effects_kept():
     graph = graph_of(f, rand((3,)))
     assert count(graph, "cos") == 1
     run_passes(graph, [dce.PASS])
-    assert count(graph, "cos") == 0 and count(graph, "debug_print") == 1
+    # jax.debug.print binds `debug_print` from jax 0.7.2, `debug_callback` before
+    printed = count(graph, "debug_print") + count(graph, "debug_callback")
+    assert count(graph, "cos") == 0 and printed == 1
 
 
 def test_a_live_region_keeps_all_its_nodes():
