@@ -70,9 +70,9 @@ def _build_eqns(graph: Graph, eqns, env: dict, region: Region | None) -> None:
             outputs = _inline(graph, eqn.params["jaxpr"], inputs, region)
         elif name in REGION_BODIES and _all_outputs_computed(eqn.params[REGION_BODIES[name]]):
             inner = Region(eqn.primitive, eqn.params, inputs, region)
-            graph.regions.append(inner)
             outputs = _inline(graph, eqn.params[REGION_BODIES[name]], inputs, inner)
             inner.outputs = list(outputs)
+            graph.add_region(inner)
         else:
             subgraphs = {key: _subgraphs(eqn.params[key]) for key in SUBGRAPH_PARAMS.get(name, ())}
             node = Node(

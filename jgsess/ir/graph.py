@@ -133,11 +133,14 @@ class Graph:
 
     def __init__(self, inputs: list[Value], source=None):
         self.inputs = list(inputs)
-        self.outputs: list[Value] = []
+        self._outputs: list[Value] = []
+        self._output_index: dict[Value, list[int]] = {}
         self.nodes: list[Node] = []
         self.regions: list[Region] = []
+        self._region_index: dict[Value, list[Region]] = {}  # boundary value -> regions
         self._removed: set[Node] = set()
         self._anchors: dict[Node, Node] = {}
+        self._dirty = False  # edited since the last settle
         self.donated: list[bool] = [False] * len(self.inputs)
         # The ClosedJaxpr this graph was built from; emission reuses it while `changed` is False.
         self.source = source
@@ -159,8 +162,19 @@ class Graph:
             for sub in node.sub_graphs():
                 yield from sub.walk()
 
+    @property
+    def outputs(self) -> list[Value]:
+        return self._outputs
+
+    @outputs.setter
+    def outputs(self, values) -> None:
+        self._outputs = list(values)
+        self._output_index = {}
+        for i, value in enumerate(self._outputs):
+            self._output_index.setdefault(value, []).append(i)
+
     def output_uses(self, value: Value) -> int:
-        return sum(1 for out in self.outputs if out is value)
+        return len(self._output_index.get(value, ()))
 
     def num_uses(self, value: Value) -> int:
         return len(value.users) + self.output_uses(value)
@@ -170,6 +184,12 @@ class Graph:
         return node.region is None
 
     # ---- editing -------------------------------------------------------------------------
+
+    def add_region(self, region: Region) -> None:
+        """Record an inlined call (after its outputs are known)."""
+        self.regions.append(region)
+        for value in {*region.inputs, *region.outputs}:
+            self._region_index.setdefault(value, []).append(region)
 
     def append(self, node: Node) -> Node:
         self.nodes.append(node)
@@ -181,6 +201,7 @@ class Graph:
         """Add `node` just before `before` in the order; `settle` finds its final place."""
         self.nodes.append(node)
         self._anchors[node] = before
+        self._dirty = True
         for value in node.inputs:
             value.users.append(node)
         self.changed = True
@@ -193,7 +214,7 @@ class Graph:
         value.users.append(node)
         if node.region is not None:
             node.region.break_()
-        self.changed = True
+        self.changed = self._dirty = True
 
     def replace_uses(self, old: Value, new: Value) -> int:
         """Point every use of `old` (nodes, graph outputs, region inputs) at `new`."""
@@ -207,15 +228,19 @@ class Graph:
                     new.users.append(user)
                     count += 1
         old.users.clear()
-        for i, value in enumerate(self.outputs):
-            if value is old:
-                self.outputs[i] = new
-                count += 1
-        for region in self.regions:
+        positions = self._output_index.pop(old, [])
+        for i in positions:
+            self._outputs[i] = new
+        self._output_index.setdefault(new, []).extend(positions)
+        count += len(positions)
+        regions = self._region_index.pop(old, [])
+        for region in regions:
             region.inputs = [new if v is old else v for v in region.inputs]
             if any(v is old for v in region.outputs):
                 region.break_()
+        self._region_index.setdefault(new, []).extend(regions)
         self.changed = self.changed or count > 0
+        self._dirty = self._dirty or count > 0
         return count
 
     def remove(self, node: Node, *, dead: bool = False) -> None:
@@ -225,7 +250,7 @@ class Graph:
             value.users.remove(node)
         if node.region is not None and not dead:
             node.region.break_()
-        self.changed = True
+        self.changed = self._dirty = True
 
     # ---- ordering ------------------------------------------------------------------------
 
@@ -253,6 +278,9 @@ class Graph:
 
         Intact regions move as one block, and effectful nodes keep their relative order.
         """
+        if not self._dirty:
+            return
+        self._dirty = False
         position = self._positions()
         self.nodes = sorted(
             (node for node in self.nodes if node not in self._removed), key=position.__getitem__
@@ -301,14 +329,16 @@ class Graph:
         self.nodes = order
 
     def depends_on(
-        self, values: Iterable[Value], nodes: set[Node], order: dict | None = None
+        self, values: Iterable[Value], nodes: set[Node], order: dict | None = None, floor=None
     ) -> bool:
         """Whether any of `values` is computed from an output of one of `nodes`.
 
         `order` (node -> position in a valid execution order) prunes the search: a node placed
-        before all of `nodes` cannot depend on them. Nodes missing from it are searched.
+        before all of `nodes` (before `floor`, if given) cannot depend on them. Nodes missing
+        from `order` are searched.
         """
-        floor = min((order[n] for n in nodes if n in order), default=-1) if order else -1
+        if floor is None:
+            floor = min((order[n] for n in nodes if n in order), default=-1) if order else -1
         stack = [v.producer for v in values if v.producer is not None]
         seen: set[Node] = set()
         while stack:

@@ -1,8 +1,9 @@
 """Matching patterns against a graph, and the rule-table rewrite driver.
 
 `match(pattern, value)` yields every way the pattern matches at `value` (commutative operands
-make several). A `Match` holds the named captures, the value each pattern node matched, and the
-matched nodes.
+make several). A name, or a pattern node, met twice must match the same value; two literals of
+the same value count as one (a jaxpr gives every use of a literal its own). A `Match` holds
+the named captures and the value each pattern node matched.
 
 `rewrite(graph, rules)` applies a rule table: each rule is `(pattern, fn)`; `fn(graph, match)`
 returns the value that replaces the pattern's root (`match.root`), the root itself after editing
@@ -11,8 +12,11 @@ its node in place, or None to decline. Unknown ops pass through.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..ir.graph import Graph, Node, Value
 from .pat import Lit, Pat, Pattern, Var
@@ -52,16 +56,26 @@ class Match:
         return Match(captures, values, self.root)
 
 
+def same_value(a: Value, b: Value) -> bool:
+    """One value, or two constants with the same aval and bits (each literal use is a Value)."""
+    if a is b:
+        return True
+    if not (a.is_const and b.is_const) or a.aval != b.aval:
+        return False
+    x, y = np.asarray(a.const), np.asarray(b.const)
+    return x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
 def match(pattern: Pattern, value: Value, state: Match | None = None) -> Iterator[Match]:
     """Every way `pattern` matches at `value`, extending `state`."""
     state = state or Match(root=value)
     seen = state.values.get(id(pattern))
     if seen is not None:
-        if seen is value:
+        if same_value(seen, value):
             yield state
         return
     if pattern.name is not None and pattern.name in state.captures:
-        if state.captures[pattern.name] is not value:
+        if not same_value(state.captures[pattern.name], value):
             return
     if isinstance(pattern, (Var, Lit)):
         if pattern.accepts(value):
@@ -108,33 +122,38 @@ def pattern_nodes(*roots: Pattern) -> dict[int, Pattern]:
 Rule = tuple[Pattern, Callable[[Graph, Match], "Value | None"]]
 
 
-def rewrite(graph: Graph, rules: list[Rule], *, max_rounds: int = 8) -> int:
+def rewrite(graph: Graph, rules: list[Rule]) -> int:
     """Apply `rules` to the rewritable nodes of `graph` until none fires; returns the count.
 
-    The replacement value takes over every use of the root; the old nodes are left for DCE.
+    A worklist drives it: every node once, then the users of each replacement (and new nodes),
+    since a rewrite can only enable another where its result is read. The replacement value
+    takes over every use of the root; the old nodes are left for DCE.
     """
     by_op: dict[str, list[Rule]] = {}
     for rule in rules:
         for op in rule[0].ops:
             by_op.setdefault(op, []).append(rule)
-    total = 0
-    for _ in range(max_rounds):
-        fired = 0
-        for node in graph.live():
-            if not graph.is_live(node) or not graph.is_rewritable(node):
+    work = deque(graph.live())
+    fired = 0
+    while work:
+        node = work.popleft()
+        if not graph.is_live(node) or not graph.is_rewritable(node):
+            continue
+        for pattern, fn in by_op.get(node.name, ()):
+            root = node.outputs[pattern.index]
+            if not graph.num_uses(root):
+                break
+            new = next((v for m in match(pattern, root) if (v := fn(graph, m)) is not None), None)
+            if new is None:
                 continue
-            for pattern, fn in by_op.get(node.name, ()):
-                root = node.outputs[pattern.index]
-                if not graph.num_uses(root):
-                    break
-                new = next(
-                    (v for m in match(pattern, root) if (v := fn(graph, m)) is not None), None
-                )
-                if new is not None:
-                    graph.replace_uses(root, new)
-                    fired += 1
-                    break
-        total += fired
-        if not fired:
+            fired += 1
+            if new is root:  # edited in place: look at it again
+                work.append(node)
+            else:
+                users = list(root.users)
+                graph.replace_uses(root, new)
+                if new.producer is not None:
+                    work.append(new.producer)
+                work.extend(users)
             break
-    return total
+    return fired
