@@ -112,6 +112,9 @@ extension = Pybind11Extension(
     "jgsess._C",
     sorted(glob.glob("csrc/*.cc") + glob.glob("csrc/kernels/*/*.cc")),
     include_dirs=["csrc"],
+    depends=sorted(
+        glob.glob("csrc/**/*.h", recursive=True) + glob.glob("csrc/**/*.cuh", recursive=True)
+    ),
     extra_compile_args=[*CXX_FLAGS, "-isystem", ffi_include()],
     cxx_std=20,
 )

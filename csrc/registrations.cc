@@ -4,6 +4,8 @@
 #include <type_traits>
 
 #include "kernels/adamw/adamw.h"
+#include "kernels/cast_all/cast_all.h"
+#include "kernels/momentum/momentum.h"
 
 namespace jgsess {
 namespace {
@@ -28,7 +30,10 @@ pybind11::dict Platforms(Cpu* cpu, [[maybe_unused]] Cuda* cuda) {
 
 #if !defined(JGSESS_WITH_CUDA)
 // Stand-ins so the table reads the same with and without CUDA; never called.
-constexpr XLA_FFI_Error* (*AdamwCuda)(XLA_FFI_CallFrame*) = nullptr;
+using Handler = XLA_FFI_Error*(XLA_FFI_CallFrame*);
+constexpr Handler* AdamwCuda = nullptr;
+constexpr Handler* CastAllCuda = nullptr;
+constexpr Handler* MomentumCuda = nullptr;
 #endif
 
 }  // namespace
@@ -36,6 +41,8 @@ constexpr XLA_FFI_Error* (*AdamwCuda)(XLA_FFI_CallFrame*) = nullptr;
 pybind11::dict Registrations() {
   pybind11::dict table;
   table["jgsess_adamw"] = Platforms(AdamwCpu, AdamwCuda);
+  table["jgsess_cast_all"] = Platforms(CastAllCpu, CastAllCuda);
+  table["jgsess_momentum"] = Platforms(MomentumCpu, MomentumCuda);
   return table;
 }
 

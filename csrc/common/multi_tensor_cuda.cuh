@@ -1,60 +1,90 @@
 // Multi-tensor apply for CUDA, in the style of Apex's multi_tensor_apply.cuh.
 //
 // The tensors of one call are cut into chunks of kCudaChunk elements; one CUDA block handles
-// one chunk. Addresses, sizes and the block -> (tensor, chunk) table travel by value as the
-// kernel's argument (no host-to-device copy, so the launch can be captured in a CUDA graph).
-// When a launch's table fills up, it is launched and filling starts over, carrying a tensor
-// that was only partly covered into the next launch.
+// one chunk. Addresses, element types, sizes and the block -> (tensor, chunk) table travel by
+// value as the kernel's argument (no host-to-device copy, so the launch can be captured in a
+// CUDA graph). When a launch's table fills up, it is launched and filling starts over, carrying
+// a tensor that was only partly covered into the next launch.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <vector>
+
+#include "common/tensor_list.h"
 
 namespace jgsess {
 
 constexpr int64_t kCudaChunk = 65536;
 constexpr int kCudaBlock = 512;
 
+enum class Elem : int8_t { kF32, kBF16, kF16 };
+
+inline Elem ElemOf(DataType type) {
+  return type == DataType::BF16 ? Elem::kBF16 : type == DataType::F16 ? Elem::kF16 : Elem::kF32;
+}
+
+__device__ __forceinline__ float LoadF32(const void* p, Elem type, int64_t i) {
+  switch (type) {
+    case Elem::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case Elem::kF16: return __half2float(static_cast<const __half*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ void StoreF32(void* p, Elem type, int64_t i, float v) {
+  switch (type) {
+    case Elem::kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    case Elem::kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    default: static_cast<float*>(p)[i] = v;
+  }
+}
+
 template <int kLists, int kMaxTensors, int kMaxBlocks>
 struct TensorTable {
   void* ptr[kLists][kMaxTensors];
+  Elem type[kLists][kMaxTensors];
   int64_t size[kMaxTensors];
   int block_tensor[kMaxBlocks];
   int block_chunk[kMaxBlocks];
 };
 
-// Launches launch(table, num_blocks) as many times as the tensors need.
-// ptrs[l][t] is list l's address of tensor t; sizes[t] its element count.
-template <int kLists, int kMaxTensors, int kMaxBlocks, typename Launch>
-cudaError_t MultiTensorApply(const std::vector<void*> (&ptrs)[kLists],
-                             const std::vector<int64_t>& sizes, Launch launch) {
-  using Table = TensorTable<kLists, kMaxTensors, kMaxBlocks>;
-  Table table;
-  int tensors = 0, blocks = 0;
-  for (size_t t = 0; t < sizes.size(); ++t) {
-    if (sizes[t] == 0) continue;
-    for (int l = 0; l < kLists; ++l) table.ptr[l][tensors] = ptrs[l][t];
-    table.size[tensors] = sizes[t];
-    ++tensors;
-    const int64_t chunks = (sizes[t] + kCudaChunk - 1) / kCudaChunk;
+// Launches launch(table, num_blocks) as many times as the tensors need. Lists 0..kIn-1 are the
+// operands, kIn..kIn+kOut-1 the results.
+template <int kIn, int kOut, int kMaxTensors, int kMaxBlocks, typename Launch>
+cudaError_t MultiTensorApply(const std::vector<TensorSlots<kIn, kOut>>& tensors, Launch launch) {
+  constexpr int kLists = kIn + kOut;
+  TensorTable<kLists, kMaxTensors, kMaxBlocks> table;
+  int count = 0, blocks = 0;
+  auto put = [&](int slot, const TensorSlots<kIn, kOut>& t) {
+    for (int l = 0; l < kIn; ++l) {
+      table.ptr[l][slot] = const_cast<void*>(t.in[l]);
+      table.type[l][slot] = ElemOf(t.in_type[l]);
+    }
+    for (int l = 0; l < kOut; ++l) {
+      table.ptr[kIn + l][slot] = t.out[l];
+      table.type[kIn + l][slot] = ElemOf(t.out_type[l]);
+    }
+    table.size[slot] = t.size;
+  };
+  for (const auto& t : tensors) {
+    if (t.size == 0) continue;
+    put(count++, t);
+    const int64_t chunks = (t.size + kCudaChunk - 1) / kCudaChunk;
     for (int64_t c = 0; c < chunks; ++c) {
-      table.block_tensor[blocks] = tensors - 1;
+      table.block_tensor[blocks] = count - 1;
       table.block_chunk[blocks] = static_cast<int>(c);
       ++blocks;
       const bool last_chunk = c == chunks - 1;
-      if (blocks == kMaxBlocks || (last_chunk && tensors == kMaxTensors)) {
+      if (blocks == kMaxBlocks || (last_chunk && count == kMaxTensors)) {
         launch(table, blocks);
         if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
         blocks = 0;
-        if (last_chunk) {
-          tensors = 0;
-        } else {  // the current tensor continues in the next launch
-          for (int l = 0; l < kLists; ++l) table.ptr[l][0] = table.ptr[l][tensors - 1];
-          table.size[0] = table.size[tensors - 1];
-          tensors = 1;
-        }
+        count = 0;
+        if (!last_chunk) put(count++, t);  // the tensor continues in the next launch
       }
     }
   }

@@ -1,8 +1,8 @@
 """Kernel specs: one per fused operation, each with a pure-JAX reference beside it."""
 
-from . import adamw
+from . import adamw, cast_all, momentum
 from .spec import KernelSpec
 
-SPECS: dict[str, KernelSpec] = {spec.name: spec for spec in (adamw.SPEC,)}
+SPECS: dict[str, KernelSpec] = {s.name: s for s in (adamw.SPEC, momentum.SPEC, cast_all.SPEC)}
 
-__all__ = ["SPECS", "KernelSpec", "adamw"]
+__all__ = ["SPECS", "KernelSpec", "adamw", "cast_all", "momentum"]

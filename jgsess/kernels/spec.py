@@ -43,6 +43,12 @@ class KernelSpec:
         buffer.
       attrs: `static -> dict` of FFI attributes (numpy scalars) for the C++ handler.
       elementwise: operands and results are elementwise-aligned (batching may use the kernel).
+      layout: for a multi-tensor kernel, (shared operands, operands per tensor, results per
+        tensor): the combine pass merges nodes with the same shared operands.
+      narrowable: `static -> ((operand slot, result slot or None), ...)`, per-tensor slots the
+        kernel may read and write as bf16/f16 while computing in f32 (used by fold-casts).
+      result_avals: `(operand avals, static) -> result avals`, a shortcut for abstract
+        evaluation (the default traces the reference, slow for calls with many tensors).
       prefer_kernel: `(node, platform) -> (bool, reason)`, the cost model; the default always
         takes the kernel where one is compiled.
       doc: one line for reports.
@@ -53,6 +59,9 @@ class KernelSpec:
     inplace: Callable[[dict, int], dict[int, int]] = field(default=lambda static, n: {})
     attrs: Callable[[dict], dict] = field(default=lambda static: {})
     elementwise: bool = False
+    layout: tuple[int, int, int] | None = None
+    narrowable: Callable[[dict], tuple] = field(default=lambda static: ())
+    result_avals: Callable | None = None
     prefer_kernel: Callable | None = None
     doc: str = ""
 
@@ -95,6 +104,8 @@ def _make_primitive(spec: KernelSpec):
         return spec.reference(*args, **spec.static(params))
 
     def abstract_eval(*avals, **params):
+        if spec.result_avals is not None:
+            return spec.result_avals(avals, spec.static(params))
         structs = [_compat.shape_struct(a) for a in avals]
         outs = jax.eval_shape(functools.partial(reference, **params), *structs)
         return [_compat.ShapedArray(o.shape, o.dtype) for o in outs]

@@ -13,6 +13,7 @@ Then XLA writes the result over the operand (`input_output_aliases`), with no se
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from ..ir.graph import Graph, Node
@@ -31,13 +32,14 @@ def choose_aliases(graph: Graph, node: Node, order: dict[Node, int]) -> AliasDec
     inputs = {v: i for i, v in enumerate(graph.inputs)}
     outputs = set(graph.outputs)
     pairs, undonated, taken = [], [], set()
+    reads = Counter(node.inputs)
     for operand, result in sorted(candidates.items()):
         value, out = node.inputs[operand], node.outputs[result]
         if value.is_const or value in outputs or value in taken:
             continue
         if (value.shape, value.dtype) != (out.shape, out.dtype):
             continue
-        if node.inputs.count(value) > 1 or any(order[u] > order[node] for u in value.users):
+        if reads[value] > 1 or any(order[u] > order[node] for u in value.users):
             continue
         if value in inputs and not graph.donated[inputs[value]]:
             undonated.append(inputs[value])

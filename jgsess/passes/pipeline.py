@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import add_any, canonicalize, casts, dce, plan, select, transposes
-from .fusions import fuse_adamw
+from . import add_any, canonicalize, casts, combine, dce, fold_casts, plan, select, transposes
+from .fusions import fuse_adamw, fuse_cast_all, fuse_momentum
 from .manager import Pass
 
 
@@ -17,7 +17,11 @@ def default_pipeline() -> list[Pass]:
         add_any.PASS,
         dce.PASS,
         fuse_adamw.PASS,
+        fuse_momentum.PASS,
+        fold_casts.PASS,
+        combine.PASS,
         dce.PASS,
+        fuse_cast_all.PASS,
         # select: a compiled kernel or XLA's code for each fused node (GPUSession::SelectKernel)
         select.PASS,
         # plan: in-place results (KernelRuntime::AssignMemory)

@@ -39,13 +39,14 @@ class ExamplePattern:
         return pattern_nodes(self.root)
 
 
-def from_function(fn, scalars=(), dtypes=None) -> ExamplePattern:
+def from_function(fn, scalars=(), dtypes=None, names=None) -> ExamplePattern:
     """Trace `fn` into a pattern.
 
     Args:
       fn: the reference computation; every argument is an array unless named in `scalars`.
       scalars: names of rank-0 arguments (hyper-parameters).
       dtypes: argument name -> dtype (float32 by default).
+      names: the arguments' names, when `fn`'s signature does not give them (`*args`).
 
     Returns:
       An ExamplePattern whose root is the function's first output; every other output must be
@@ -53,7 +54,7 @@ def from_function(fn, scalars=(), dtypes=None) -> ExamplePattern:
     """
     from ..passes import canonicalize, dce  # the passes use patterns too
 
-    names = tuple(inspect.signature(fn).parameters)
+    names = tuple(names or inspect.signature(fn).parameters)
     dtypes = dtypes or {}
     structs = [
         jax.ShapeDtypeStruct(() if n in scalars else (_EXAMPLE_SIZE,), dtypes.get(n, jnp.float32))

@@ -73,3 +73,11 @@ def test_every_commutative_alternative_is_offered():
     graph = graph_of(lambda a, b: a * 3.0 + b * 2.0, rand((3,)), rand((3,), 1))
     (m,) = list(match(pattern, root(graph)))
     assert m["x"] is graph.inputs[1] and m["y"] is graph.inputs[0]
+
+
+def test_equal_literals_bind_one_name():
+    pattern = Pat("add", [Pat("mul", [Scalar("c"), Var("x")]), Pat("mul", [Scalar("c"), Var("y")])])
+    same = graph_of(lambda x, y: 0.5 * x + 0.5 * y, rand((3,)), rand((3,)))
+    other = graph_of(lambda x, y: 0.5 * x + 0.25 * y, rand((3,)), rand((3,)))
+    assert next(match(pattern, root(same)), None) is not None
+    assert next(match(pattern, root(other)), None) is None

@@ -8,19 +8,15 @@
 //   m^ = m'/bc1                   v^ = v'/bc2                       (kBiasCorrection)
 //   u  = m^ / (sqrt(v^ + eps_root) + eps)                           (eps_root: kEpsRoot)
 //   u += wd*p                                                       (kWeightDecay)
-//   p' = p - lr*u
+//   p' = p - lr*u                 or the update itself, -(lr*u)     (kUpdate)
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "common/ffi.h"
-
-#if defined(__CUDACC__)
-#define JGSESS_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define JGSESS_HOST_DEVICE inline
-#endif
+#include "common/dispatch.h"
+#include "common/host_device.h"
 
 namespace jgsess {
 
@@ -28,6 +24,7 @@ enum AdamwFlags : int64_t {
   kBiasCorrection = 1,
   kEpsRoot = 2,
   kWeightDecay = 4,
+  kUpdate = 8,  // result 0 is optax's update -(lr*u), not the new parameter
 };
 
 constexpr int kAdamwScalars = 10;  // b1, omb1, b2, omb2, bc1, bc2, eps, eps_root, wd, lr
@@ -49,7 +46,11 @@ JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, float p, float g, floa
   if constexpr ((kFlags & kEpsRoot) != 0) vhat = vhat + h.eps_root;
   float u = mhat / (sqrtf(vhat) + h.eps);
   if constexpr ((kFlags & kWeightDecay) != 0) u = u + h.wd * p;
-  *p_out = p - h.lr * u;
+  if constexpr ((kFlags & kUpdate) != 0) {
+    *p_out = -(h.lr * u);
+  } else {
+    *p_out = p - h.lr * u;
+  }
   *m_out = m2;
   *v_out = v2;
 }
@@ -57,17 +58,7 @@ JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, float p, float g, floa
 // Calls f.template operator()<kFlags>() with `flags` as a compile-time constant.
 template <typename F>
 ffi::Error DispatchAdamwFlags(int64_t flags, F&& f) {
-  switch (flags) {
-    case 0: return f.template operator()<0>();
-    case 1: return f.template operator()<1>();
-    case 2: return f.template operator()<2>();
-    case 3: return f.template operator()<3>();
-    case 4: return f.template operator()<4>();
-    case 5: return f.template operator()<5>();
-    case 6: return f.template operator()<6>();
-    case 7: return f.template operator()<7>();
-    default: return ffi::Error(ffi::ErrorCode::kInvalidArgument, "adamw: unknown flags");
-  }
+  return DispatchFlags<16>(flags, "adamw", std::forward<F>(f));
 }
 
 }  // namespace jgsess

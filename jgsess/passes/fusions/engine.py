@@ -27,6 +27,8 @@ from ..manager import Context, Pass
 class FusionRule:
     pattern: ExamplePattern
     build: Callable[[Graph, Match, list], Node | None]
+    # every output but the root must be read outside the match (an optimizer's new state)
+    results_used: bool = False
 
 
 def _self_contained(graph: Graph, nodes: list[Node], outputs: list) -> bool:
@@ -41,6 +43,11 @@ def _self_contained(graph: Graph, nodes: list[Node], outputs: list) -> bool:
     return True
 
 
+def _used_outside(graph: Graph, value, nodes: list[Node]) -> bool:
+    inside = set(nodes)
+    return graph.output_uses(value) > 0 or any(user not in inside for user in value.users)
+
+
 def _try(graph: Graph, rule: FusionRule, root_node: Node, order: dict) -> Node | None:
     pattern = rule.pattern
     patterns = pattern.nodes()
@@ -49,6 +56,8 @@ def _try(graph: Graph, rule: FusionRule, root_node: Node, order: dict) -> Node |
         nodes = m.nodes(patterns)
         outputs = [m.value_of(p) for p in pattern.outputs]
         if not all(graph.is_live(n) for n in nodes) or not _self_contained(graph, nodes, outputs):
+            continue
+        if rule.results_used and not all(_used_outside(graph, v, nodes) for v in outputs[1:]):
             continue
         fused = rule.build(graph, m, outputs)
         if fused is None or graph.depends_on(fused.inputs, set(nodes), order):

@@ -1,0 +1,99 @@
+// f32 <-> bf16 / f16 on the CPU, rounding to nearest even as XLA's convert does, and the
+// multi-tensor driver that stages narrow operands through f32 scratch.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/ffi.h"
+#include "common/parallel.h"
+#include "common/tensor_list.h"
+
+namespace jgsess {
+
+inline float Bf16ToF32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline uint16_t F32ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  return static_cast<uint16_t>(nan ? quiet_nan : rounded);
+}
+
+// dst[0, n) = src[begin, begin + n) widened to f32.
+inline void LoadF32(DataType type, const void* src, int64_t begin, int64_t n, float* dst) {
+  if (type == DataType::BF16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src) + begin;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(s[i]);
+  } else {  // F16
+    const _Float16* s = static_cast<const _Float16*>(src) + begin;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+  }
+}
+
+// dst[begin, begin + n) = src[0, n) rounded to the narrow type.
+inline void StoreF32(DataType type, const float* src, void* dst, int64_t begin, int64_t n) {
+  if (type == DataType::BF16) {
+    uint16_t* d = static_cast<uint16_t*>(dst) + begin;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] = F32ToBf16(src[i]);
+  } else {  // F16
+    _Float16* d = static_cast<_Float16*>(dst) + begin;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<_Float16>(src[i]);
+  }
+}
+
+// Runs body(in, out, n) over every tensor of a multi-tensor call, on all cores. `in[k]` and
+// `out[k]` are f32 pointers to n elements: the buffers themselves where they are f32, else
+// thread-local scratch that is filled from / written back to the narrow buffer. A result may be
+// its operand's buffer (in place): element i only ever touches index i.
+template <int kIn, int kOut, typename Body>
+void RunMultiTensor(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut>>& tensors,
+                    Body body) {
+  std::vector<int64_t> sizes;
+  for (const auto& t : tensors) sizes.push_back(t.size);
+  const TensorGroup group(sizes);
+  ParallelFor(pool, group.num_chunks(), [&](int64_t c) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>((kIn + kOut) * kCpuChunk));
+    group.ForChunk(c, [&](size_t t, int64_t begin, int64_t end) {
+      const auto& slots = tensors[t];
+      const int64_t n = end - begin;
+      const float* in[kIn];
+      float* out[kOut];
+      for (int k = 0; k < kIn; ++k) {
+        if (slots.in_type[k] == DataType::F32) {
+          in[k] = static_cast<const float*>(slots.in[k]) + begin;
+        } else {
+          float* staged = scratch.data() + k * kCpuChunk;
+          LoadF32(slots.in_type[k], slots.in[k], begin, n, staged);
+          in[k] = staged;
+        }
+      }
+      for (int k = 0; k < kOut; ++k) {
+        out[k] = slots.out_type[k] == DataType::F32
+                     ? static_cast<float*>(slots.out[k]) + begin
+                     : scratch.data() + (kIn + k) * kCpuChunk;
+      }
+      body(in, out, n);
+      for (int k = 0; k < kOut; ++k) {
+        if (slots.out_type[k] != DataType::F32) {
+          StoreF32(slots.out_type[k], out[k], slots.out[k], begin, n);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace jgsess

@@ -1,0 +1,63 @@
+// SGD with momentum, one element at a time; shared by the CPU and CUDA handlers.
+//
+// Operands (per tensor): p, g, acc -> p', acc'. Hyper-parameters are rank-0 f32 buffers. The
+// order of operations is the reference's (jgsess/kernels/momentum.py):
+//
+//   g~   = g                   g~ = p*wd + g~   (kWeightDecay)    g~ = g~*scale   (kScale)
+//   acc' = mu*acc + g~
+//   d    = acc'                d  = g~ + mu*acc'                                  (kNesterov)
+//   p'   = p - lr*d            or the update itself, -(lr*d)                       (kUpdate)
+//
+// optax.sgd(momentum, nesterov) and MindSpore's ApplyMomentum with weight decay and/or a loss
+// scale [ApplyMomentum{WeightDecay,Scale,WeightDecayScale}Fusion] are all this formula.
+#pragma once
+
+#include <cstdint>
+
+#include "common/ffi.h"
+#include "common/dispatch.h"
+#include "common/host_device.h"
+
+namespace jgsess {
+
+enum MomentumFlags : int64_t {
+  kMomentumWeightDecay = 1,
+  kMomentumScale = 2,
+  kMomentumNesterov = 4,
+  kMomentumUpdate = 8,  // result 0 is optax's update -(lr*d), not the new parameter
+};
+
+constexpr int kMomentumScalars = 4;  // lr, mu, wd, scale
+
+struct MomentumHyper {
+  float lr, mu, wd, scale;
+};
+
+template <int64_t kFlags>
+JGSESS_HOST_DEVICE void MomentumElement(const MomentumHyper& h, float p, float g, float acc,
+                                        float* p_out, float* acc_out) {
+  float gt = g;
+  if constexpr ((kFlags & kMomentumWeightDecay) != 0) gt = p * h.wd + gt;
+  if constexpr ((kFlags & kMomentumScale) != 0) gt = gt * h.scale;
+  const float acc2 = h.mu * acc + gt;
+  float d = acc2;
+  if constexpr ((kFlags & kMomentumNesterov) != 0) d = gt + h.mu * acc2;
+  if constexpr ((kFlags & kMomentumUpdate) != 0) {
+    *p_out = -(h.lr * d);
+  } else {
+    *p_out = p - h.lr * d;
+  }
+  *acc_out = acc2;
+}
+
+template <typename F>
+ffi::Error DispatchMomentumFlags(int64_t flags, F&& f) {
+  return DispatchFlags<16>(flags, "momentum", std::forward<F>(f));
+}
+
+}  // namespace jgsess
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MomentumCpu);
+#if defined(JGSESS_WITH_CUDA)
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MomentumCuda);
+#endif

@@ -1,0 +1,40 @@
+// Multi-tensor SGD with momentum on the CPU: all cores, SIMD inner loops; bf16 / f16
+// parameters and gradients are widened on load and rounded on store.
+#include "common/convert.h"
+#include "common/ffi.h"
+#include "kernels/momentum/momentum.h"
+
+namespace jgsess {
+namespace {
+
+ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Scalar lr, Scalar mu, Scalar wd, Scalar scale,
+                           Args args, Rets rets, int64_t flags) {
+  const MomentumHyper h{*lr.typed_data(), *mu.typed_data(), *wd.typed_data(),
+                        *scale.typed_data()};
+  // p, g, acc -> p', acc'; the accumulator stays f32
+  auto tensors = ParseTensors<3, 2>("momentum", args, rets, 0b100, 0b10);
+  if (tensors.has_error()) return tensors.error();
+  return DispatchMomentumFlags(flags, [&]<int64_t kFlags>() {
+    RunMultiTensor<3, 2>(pool, *tensors, [&](const float* const* in, float* const* out, int64_t n) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) {
+        MomentumElement<kFlags>(h, in[0][i], in[1][i], in[2][i], &out[0][i], &out[1][i]);
+      }
+    });
+    return ffi::Error::Success();
+  });
+}
+
+}  // namespace
+}  // namespace jgsess
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCpu, jgsess::MomentumCpuImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::ThreadPool>()
+                                  .Arg<jgsess::Scalar>()  // learning rate
+                                  .Arg<jgsess::Scalar>()  // momentum
+                                  .Arg<jgsess::Scalar>()  // weight decay
+                                  .Arg<jgsess::Scalar>()  // gradient scale
+                                  .RemainingArgs()        // (p, g, acc) per tensor
+                                  .RemainingRets()        // (p', acc') per tensor
+                                  .Attr<int64_t>("flags"));

@@ -1,0 +1,63 @@
+// Multi-tensor SGD with momentum on CUDA: one block per 64K-element chunk; CUDA-graph safe.
+#include "common/ffi.h"
+#include "common/multi_tensor_cuda.cuh"
+#include "kernels/momentum/momentum.h"
+
+namespace jgsess {
+namespace {
+
+using MomentumTable = TensorTable<5, 128, 320>;  // p, g, acc, p', acc'
+
+struct MomentumScalarPtrs {
+  const float* ptr[kMomentumScalars];
+};
+
+template <int64_t kFlags>
+__global__ void MomentumKernel(MomentumTable table, MomentumScalarPtrs s) {
+  const MomentumHyper h{*s.ptr[0], *s.ptr[1], *s.ptr[2], *s.ptr[3]};
+  const int t = table.block_tensor[blockIdx.x];
+  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
+  const int64_t end = min(table.size[t], begin + kCudaChunk);
+  const Elem p_type = table.type[0][t], g_type = table.type[1][t], out_type = table.type[3][t];
+  const float* acc = static_cast<const float*>(table.ptr[2][t]);
+  float* acc_out = static_cast<float*>(table.ptr[4][t]);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    float p_new;
+    MomentumElement<kFlags>(h, LoadF32(table.ptr[0][t], p_type, i),
+                            LoadF32(table.ptr[1][t], g_type, i), acc[i], &p_new, &acc_out[i]);
+    StoreF32(table.ptr[3][t], out_type, i, p_new);
+  }
+}
+
+ffi::Error MomentumCudaImpl(cudaStream_t stream, Scalar lr, Scalar mu, Scalar wd, Scalar scale,
+                            Args args, Rets rets, int64_t flags) {
+  auto tensors = ParseTensors<3, 2>("momentum", args, rets, 0b100, 0b10);
+  if (tensors.has_error()) return tensors.error();
+  const MomentumScalarPtrs scalars{
+      {lr.typed_data(), mu.typed_data(), wd.typed_data(), scale.typed_data()}};
+  cudaError_t err = cudaSuccess;
+  ffi::Error status = DispatchMomentumFlags(flags, [&]<int64_t kFlags>() {
+    err = MultiTensorApply<3, 2, 128, 320>(*tensors, [&](const MomentumTable& table, int blocks) {
+      MomentumKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, scalars);
+    });
+    return ffi::Error::Success();
+  });
+  if (status.failure()) return status;
+  if (err != cudaSuccess) return Internal(std::string("momentum: ") + cudaGetErrorString(err));
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace jgsess
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCuda, jgsess::MomentumCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<jgsess::Scalar>()  // learning rate
+                                  .Arg<jgsess::Scalar>()  // momentum
+                                  .Arg<jgsess::Scalar>()  // weight decay
+                                  .Arg<jgsess::Scalar>()  // gradient scale
+                                  .RemainingArgs()        // (p, g, acc) per tensor
+                                  .RemainingRets()        // (p', acc') per tensor
+                                  .Attr<int64_t>("flags"),
+                              jgsess::kGraphSafe);

@@ -1,0 +1,32 @@
+"""cast_all: many casts between f32, bf16 and f16 in one call [CastAllFusion].
+
+Operands x_i, results y_i = x_i.astype(dtypes[i]) (static param `dtypes`, dtype names).
+Rounding is to nearest even, as XLA's convert.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .. import _compat
+from .spec import KernelSpec
+
+FLOATS = ("float32", "bfloat16", "float16")
+
+
+def reference(*operands, dtypes):
+    return tuple(x.astype(jnp.dtype(d)) for x, d in zip(operands, dtypes, strict=True))
+
+
+def _result_avals(avals, static) -> list:
+    return [_compat.ShapedArray(a.shape, jnp.dtype(d)) for a, d in zip(avals, static["dtypes"])]
+
+
+SPEC = KernelSpec(
+    name="cast_all",
+    reference=reference,
+    elementwise=False,
+    layout=(0, 1, 1),
+    result_avals=_result_avals,
+    doc="multi-tensor cast between f32, bf16 and f16",
+)

@@ -1,0 +1,41 @@
+"""fuse-momentum: the per-parameter SGD-with-momentum update becomes one `momentum` node
+[ApplyMomentumWeightDecayScaleFusion, ApplyMomentumScaleFusion, ApplyMomentumWeightDecayFusion].
+
+optax.sgd(lr, momentum=0.9), after canonicalize:
+
+    acc2 = add g (mul 0.9 acc)
+    p2   = sub p (mul 0.1 acc2)         ->   p2 acc2 = jgsess.momentum[flags=0] 0.1 0.9 0 1 p g acc
+
+and with Nesterov's look-ahead (`p - lr*(g + mu*acc2)`), with weight decay chained in front
+(`g + wd*p`, MindSpore's `AddN(Mul(var, wd), g)`) and with a loss scale (`g*scale`); each also as
+optax's update alone (`neg (mul lr d)`). Forms with more parts are tried first.
+"""
+
+from __future__ import annotations
+
+from ...kernels import momentum
+from ...kernels.momentum import SCALE, UPDATE, WEIGHT_DECAY
+from .engine import fusion_pass
+from .optimizer import form, update_rules
+
+TENSORS = ("p", "g", "acc")
+
+
+def _used(flags: int) -> tuple:
+    used = ("lr", "mu")
+    used += ("wd",) if flags & WEIGHT_DECAY else ()
+    return used + (("scale",) if flags & SCALE else ())
+
+
+def _rules():
+    parts = sorted(range(8), key=lambda flags: -bin(flags).count("1"))
+    forms = [
+        form(momentum.update, TENSORS, momentum.SCALARS, _used(flags), flags | mode)
+        for mode in (0, UPDATE)
+        for flags in parts
+    ]
+    unused = {"wd": 0.0, "scale": 1.0}
+    return update_rules(momentum.SPEC, forms, momentum.SCALARS, TENSORS, unused)
+
+
+PASS = fusion_pass("fuse-momentum", _rules, doc=__doc__)

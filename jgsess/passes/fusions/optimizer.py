@@ -1,0 +1,68 @@
+"""What the optimizer fusions share: the forms of an update, and turning a match into a node.
+
+Each form of an update (optax's adamw, MindSpore's AdamWeightDecay, ..., and each as optax's
+update alone, `-(lr*u)`, or applied, `p - lr*u`) is the kernel's reference with some `flags`,
+traced into a pattern. A match becomes one node of the kernel's spec with operands
+(hyper-parameters in the kernel's order, then the tensors) and the form's `flags`.
+Hyper-parameters a form does not use are passed as constants the kernel ignores.
+
+Guard: every tensor is f32 and of one shape (narrower dtypes come later, from fold-casts);
+every hyper-parameter is an f32 scalar; the new optimizer state (every result after the first)
+is used, as an update's state always is: `p - 0.1*(g + s*noise)` has the shape of a momentum
+step, but with nothing keeping its "accumulator" it is not one, and a kernel would only spend
+bandwidth writing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ...ir.graph import Graph, Node, Value
+from ...kernels.spec import KernelSpec
+from ...patterns import Match, from_function
+from .engine import FusionRule
+
+
+def form(update: Callable, tensors: tuple, scalars: tuple, used: tuple, flags: int):
+    """One form: `update(<tensors>, <scalars>, flags=flags)` given the tensors and the `used`
+    hyper-parameters (the others are None). Returns (reference, flags, argument names)."""
+    names = tensors + used
+
+    def reference(*args):
+        given = dict(zip(names, args))
+        return update(**{n: given.get(n) for n in tensors + scalars}, flags=flags)
+
+    return reference, flags, names
+
+
+def _f32(value: Value) -> bool:
+    return value.dtype == np.float32
+
+
+def update_rules(spec: KernelSpec, forms, scalars, tensors, unused: dict) -> list[FusionRule]:
+    """FusionRules for `forms` (from `form`), most specific first."""
+
+    def builder(flags: int):
+        def build(graph: Graph, m: Match, outputs: list[Value]) -> Node | None:
+            arrays = [m[k] for k in tensors]
+            if not all(_f32(a) and a.shape == arrays[0].shape for a in arrays):
+                return None
+            operands = []
+            for name in scalars:
+                value = m.get(name)
+                if value is None:
+                    value = Value(arrays[0].aval.update(shape=()), const=np.float32(unused[name]))
+                if value.ndim != 0 or not _f32(value):
+                    return None
+                operands.append(value)
+            avals = [v.aval for v in outputs]
+            return Node(spec, [*operands, *arrays], avals, {"flags": flags})
+
+        return build
+
+    return [
+        FusionRule(from_function(fn, scalars=scalars, names=names), builder(flags), True)
+        for fn, flags, names in forms
+    ]

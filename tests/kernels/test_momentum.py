@@ -1,0 +1,50 @@
+"""The momentum kernel against its pure-JAX reference."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jgsess.kernels import momentum
+from tests.kernels.common import SIZES, check
+
+
+def operands(sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32):
+    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 64))
+    scalars = [jnp.float32(s) for s in (0.05, 0.9, 1e-3, 1 / 512)]
+    tensors = []
+    for shape in sizes:
+        tensors += [
+            jax.random.normal(next(keys), shape).astype(p_dtype),
+            (0.1 * jax.random.normal(next(keys), shape)).astype(g_dtype),
+            0.01 * jax.random.normal(next(keys), shape),
+        ]
+    return scalars + tensors
+
+
+@pytest.mark.parametrize("flags", range(16))
+def test_kernel_matches_reference_on_odd_sizes(flags):
+    check(momentum.SPEC, operands(SIZES, seed=flags), flags=flags)
+
+
+@pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("g_dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_mixed_precision(p_dtype, g_dtype):
+    ops = operands([(3,), (33_333,)], 5, p_dtype, g_dtype)
+    check(momentum.SPEC, ops, flags=momentum.WEIGHT_DECAY | momentum.SCALE)
+
+
+def test_non_finite_values_propagate():
+    ops = operands([(4,)])
+    ops[5] = ops[5].at[0].set(jnp.nan).at[1].set(jnp.inf)
+    check(momentum.SPEC, ops, flags=momentum.NESTEROV)
+
+
+def test_inplace_pairs():
+    assert momentum.SPEC.inplace({}, 4 + 6) == {4: 0, 6: 1, 7: 2, 9: 3}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("flags", [0, momentum.NESTEROV | momentum.WEIGHT_DECAY, 15])
+def test_cuda_kernel_matches_reference(flags):
+    ops = operands(SIZES + [(1 << 20,)] + [(33,)] * 200, flags, jnp.bfloat16, jnp.float16)
+    check(momentum.SPEC, ops, rtol=2e-6, device=jax.devices("gpu")[0], flags=flags)
