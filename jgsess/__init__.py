@@ -5,10 +5,11 @@ updates as XLA FFI custom calls, cast and transpose cleanups, ...) and falls bac
 `jax.jit` behaviour wherever it cannot help.
 """
 
+from . import optim
 from ._api import JgsessFallbackWarning, Jitted, jit
 from .kernels import KernelSpec
 from .report import Report
 
 __version__ = "0.1.0"
 
-__all__ = ["JgsessFallbackWarning", "Jitted", "KernelSpec", "Report", "jit"]
+__all__ = ["JgsessFallbackWarning", "Jitted", "KernelSpec", "Report", "jit", "optim"]

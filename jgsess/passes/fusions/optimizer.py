@@ -4,7 +4,9 @@ Each form of an update (optax's adamw, MindSpore's AdamWeightDecay, ..., and eac
 update alone, `-(lr*u)`, or applied, `p - lr*u`) is the kernel's reference with some `flags`,
 traced into a pattern. A match becomes one node of the kernel's spec with operands
 (hyper-parameters in the kernel's order, then the tensors) and the form's `flags`.
-Hyper-parameters a form does not use are passed as constants the kernel ignores.
+Hyper-parameters a form does not use are passed as constants the kernel ignores; a tensor it
+does not read (p, in an update without weight decay) is passed as the gradient, whose second
+read the kernel's compiler drops with the unused value.
 
 Guard: every tensor is f32 and of one shape (narrower dtypes come later, from fold-casts);
 every hyper-parameter is an f32 scalar; the new optimizer state (every result after the first)
@@ -46,7 +48,9 @@ def update_rules(spec: KernelSpec, forms, scalars, tensors, unused: dict) -> lis
 
     def builder(flags: int):
         def build(graph: Graph, m: Match, outputs: list[Value]) -> Node | None:
-            arrays = [m[k] for k in tensors]
+            given = [m.get(k) for k in tensors]
+            stand_in = next(a for a in given if a is not None)
+            arrays = [stand_in if a is None else a for a in given]
             if not all(_f32(a) and a.shape == arrays[0].shape for a in arrays):
                 return None
             operands = []

@@ -1,0 +1,218 @@
+"""Fused optimizers: optax transformations whose update runs as one multi-tensor kernel call.
+
+`adamw`, `adam` and `sgd` take optax's arguments and return `optax.GradientTransformation`s
+with optax's state, numerically equal to optax's: their update is optax's own, compiled by
+`jgsess.jit`, whose passes turn the per-parameter updates into one multi-tensor kernel.
+`adam_weight_decay` and `momentum` are MindSpore's `nn.AdamWeightDecay` and `nn.Momentum`.
+
+`fused_step(tx)` goes one step further: `(params, grads, state) -> (params, state)` with the
+parameters updated inside the kernel (in place when donated), no separate `apply_updates` pass.
+It works with any optax transformation; the kernels take over where the update is one of
+theirs.
+
+    >>> tx = jgsess.optim.adamw(1e-3, weight_decay=1e-2)
+    >>> state = tx.init(params)
+    >>> step = jgsess.optim.fused_step(tx)
+    >>> params, state = step(params, grads, state)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from ._api import jit
+
+ScalarOrSchedule = float | jax.Array | Callable
+
+
+def _describe(tree) -> str:
+    text = str(jax.tree.structure(tree))
+    return text if len(text) < 200 else text[:197] + "..."
+
+
+def check_trees(name: str, grads, params) -> None:
+    """Clear errors for what would otherwise fail deep inside a trace, or not at all."""
+    if params is None:
+        return
+    if jax.tree.structure(grads) != jax.tree.structure(params):
+        raise ValueError(
+            f"{name}: gradients and parameters are different trees:\n"
+            f"  gradients:  {_describe(grads)}\n  parameters: {_describe(params)}"
+        )
+    for (path, g), p in zip(jax.tree_util.tree_leaves_with_path(grads), jax.tree.leaves(params)):
+        where = jax.tree_util.keystr(path) or "the parameter"
+        if not jnp.issubdtype(jnp.result_type(p), jnp.inexact):
+            raise TypeError(
+                f"{name}: {where} has dtype {jnp.result_type(p)}; optimizers update "
+                "floating-point parameters (keep integer state out of the optimized tree)"
+            )
+        if jnp.shape(g) != jnp.shape(p):
+            raise ValueError(
+                f"{name}: gradient {where} has shape {jnp.shape(g)}, parameter {jnp.shape(p)}"
+            )
+
+
+def _fused(name: str, inner: optax.GradientTransformation) -> optax.GradientTransformation:
+    compiled = jit(inner.update)
+
+    @functools.wraps(inner.update)
+    def update(updates, state, params=None):
+        check_trees(name, updates, params)
+        return compiled(updates, state, params)
+
+    return optax.GradientTransformation(inner.init, update)
+
+
+def adamw(
+    learning_rate: ScalarOrSchedule,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    weight_decay: float = 1e-4,
+    mask=None,
+) -> optax.GradientTransformation:
+    """AdamW as `optax.adamw` (same arguments, state and numbers), fused.
+
+    Args:
+      learning_rate: a float, or a schedule `step -> learning rate`.
+      b1, b2: decay rates of the first and second moments.
+      eps, eps_root: added outside and inside the square root of the second moment.
+      weight_decay: decoupled weight decay, multiplied by the learning rate.
+      mask: a tree of bools (or a function of the params giving one): where to decay.
+
+    Returns:
+      An `optax.GradientTransformation`.
+    """
+    inner = optax.adamw(learning_rate, b1, b2, eps, eps_root, weight_decay=weight_decay, mask=mask)
+    return _fused("jgsess.optim.adamw", inner)
+
+
+def adam(
+    learning_rate: ScalarOrSchedule,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+) -> optax.GradientTransformation:
+    """Adam as `optax.adam` (same arguments, state and numbers), fused."""
+    return _fused("jgsess.optim.adam", optax.adam(learning_rate, b1, b2, eps, eps_root))
+
+
+def sgd(
+    learning_rate: ScalarOrSchedule, momentum: float | None = None, nesterov: bool = False
+) -> optax.GradientTransformation:
+    """SGD as `optax.sgd`; with `momentum` (and `nesterov`) the update is fused."""
+    return _fused("jgsess.optim.sgd", optax.sgd(learning_rate, momentum, nesterov))
+
+
+class AdamWeightDecayState(NamedTuple):
+    count: jax.Array
+    m: optax.Updates
+    v: optax.Updates
+
+
+def _learning_rate(learning_rate: ScalarOrSchedule, count):
+    return learning_rate(count) if callable(learning_rate) else learning_rate
+
+
+def adam_weight_decay(
+    learning_rate: ScalarOrSchedule,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-6,
+    weight_decay: float = 0.0,
+) -> optax.GradientTransformation:
+    """MindSpore's `nn.AdamWeightDecay`: Adam without bias correction, eps outside the root.
+
+        m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2
+        update = -lr * (m / (eps + sqrt(v)) + weight_decay*p)
+
+    Moments are kept in f32 whatever the parameters' dtype.
+    """
+
+    def init(params):
+        m, v = (jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.float32), params) for _ in "mv")
+        return AdamWeightDecayState(jnp.zeros([], jnp.int32), m, v)
+
+    def update(grads, state, params=None):
+        if weight_decay and params is None:
+            raise ValueError("jgsess.optim.adam_weight_decay: weight decay needs the params")
+        lr = _learning_rate(learning_rate, state.count)
+        g32 = jax.tree.map(lambda g: g.astype(jnp.float32), grads)
+        m = jax.tree.map(lambda m, g: beta1 * m + (1 - beta1) * g, state.m, g32)
+        v = jax.tree.map(lambda v, g: beta2 * v + (1 - beta2) * jnp.square(g), state.v, g32)
+
+        def step(m, v, p):
+            u = m / (eps + jnp.sqrt(v))
+            if weight_decay:
+                u = weight_decay * p.astype(jnp.float32) + u
+            return -(lr * u)
+
+        updates = jax.tree.map(step, m, v, params if params is not None else m)
+        return updates, AdamWeightDecayState(optax.safe_increment(state.count), m, v)
+
+    return _fused("jgsess.optim.adam_weight_decay", optax.GradientTransformation(init, update))
+
+
+class MomentumState(NamedTuple):
+    count: jax.Array
+    acc: optax.Updates
+
+
+def momentum(
+    learning_rate: ScalarOrSchedule,
+    momentum: float,
+    weight_decay: float = 0.0,
+    loss_scale: float = 1.0,
+) -> optax.GradientTransformation:
+    """MindSpore's `nn.Momentum` with weight decay and a loss scale [ApplyMomentum...Fusion].
+
+        g~ = (p*weight_decay + g) / loss_scale;  acc = momentum*acc + g~;  update = -lr*acc
+
+    The accumulator is kept in f32 whatever the parameters' dtype.
+    """
+
+    def init(params):
+        zeros = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.float32), params)
+        return MomentumState(jnp.zeros([], jnp.int32), zeros)
+
+    def update(grads, state, params=None):
+        if weight_decay and params is None:
+            raise ValueError("jgsess.optim.momentum: weight decay needs the params")
+        lr = _learning_rate(learning_rate, state.count)
+
+        def gradient(g, p):
+            g = g.astype(jnp.float32)
+            if weight_decay:
+                g = p.astype(jnp.float32) * weight_decay + g
+            return g * (1.0 / loss_scale) if loss_scale != 1.0 else g
+
+        g = jax.tree.map(gradient, grads, params if params is not None else grads)
+        acc = jax.tree.map(lambda a, g: momentum * a + g, state.acc, g)
+        updates = jax.tree.map(lambda a: -(lr * a), acc)
+        return updates, MomentumState(optax.safe_increment(state.count), acc)
+
+    return _fused("jgsess.optim.momentum", optax.GradientTransformation(init, update))
+
+
+def fused_step(tx: optax.GradientTransformation, *, donate: bool = True):
+    """`(params, grads, state) -> (params, state)`: update and apply in one compiled step.
+
+    With `donate` (the default) params and state are donated, so the fused kernels write them
+    in place: no second copy of either, no separate `apply_updates` pass over the parameters.
+    """
+    update = getattr(tx.update, "__wrapped__", tx.update)
+
+    def step(params, grads, state):
+        check_trees("jgsess.optim.fused_step", grads, params)
+        updates, state = update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    return jit(step, donate_argnums=(0, 2) if donate else None)
