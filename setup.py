@@ -110,7 +110,7 @@ class BuildExt(build_ext):
 
 extension = Pybind11Extension(
     "jgsess._C",
-    sorted(glob.glob("csrc/*.cc") + glob.glob("csrc/kernels/*/*.cc")),
+    sorted(glob.glob("csrc/*.cc") + glob.glob("csrc/*/*.cc") + glob.glob("csrc/kernels/*/*.cc")),
     include_dirs=["csrc"],
     depends=sorted(
         glob.glob("csrc/**/*.h", recursive=True) + glob.glob("csrc/**/*.cuh", recursive=True)

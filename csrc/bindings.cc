@@ -1,6 +1,7 @@
 // The jgsess._C extension module.
 #include <pybind11/pybind11.h>
 
+#include "bench/stream.h"
 #include "registrations.h"
 
 PYBIND11_MODULE(_C, m) {
@@ -8,4 +9,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("registrations", &jgsess::Registrations,
         "target name -> {platform: PyCapsule} for jax.ffi.register_ffi_target");
   m.def("has_cuda", &jgsess::HasCuda, "whether the CUDA kernels were built in");
+  m.def("stream_triad_gbps", &jgsess::StreamTriadGbps, pybind11::arg("n"), pybind11::arg("repeats"),
+        "best STREAM triad bandwidth (GB/s) over f32 arrays of n elements, all CPU threads");
 }

@@ -18,9 +18,9 @@
 
 namespace jgsess {
 
-// Elements per chunk: 64 KiB of f32 per stream, large enough to amortize a claim, small
-// enough to balance two to a few dozen threads.
-constexpr int64_t kCpuChunk = 16384;
+// Elements per chunk: 256 KiB of f32 per stream, so a thread streams long runs (the hardware
+// prefetchers like that) while two to a few dozen threads still balance.
+constexpr int64_t kCpuChunk = 65536;
 
 // Prefix sums of tensor sizes: tensor t covers [offsets[t], offsets[t+1]) of the group.
 class TensorGroup {
@@ -62,7 +62,9 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t n, F body) {
       shared->done.fetch_add(1, std::memory_order_release);
     }
   };
-  int64_t helpers = std::min<int64_t>(pool.num_threads(), n - 1);
+  // the caller is one of the workers: more helpers than the pool's other threads would only
+  // compete with it for cores (one thread already draws most of the memory bandwidth)
+  const int64_t helpers = std::min<int64_t>(pool.num_threads() - 1, n - 1);
   for (int64_t i = 0; i < helpers; ++i) pool.Schedule([work] { work(); });
   work();
   while (shared->done.load(std::memory_order_acquire) < n) std::this_thread::yield();

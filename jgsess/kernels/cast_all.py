@@ -18,6 +18,17 @@ def reference(*operands, dtypes):
     return tuple(x.astype(jnp.dtype(d)) for x, d in zip(operands, dtypes, strict=True))
 
 
+def _prefer_kernel(node, platform: str) -> tuple[bool, str]:
+    # Measured on the 2-core CPU: 213 parameter casts took 1.1 ms as XLA's own converts and
+    # 1.3 ms as one cast_all call (the per-buffer cost of a custom call outweighs the saving).
+    # On a GPU each convert is a launch of its own; one launch replaces them all.
+    if platform == "cpu":
+        return False, "XLA's converts are as fast on the CPU and fuse with their consumers"
+    if len(node.inputs) < 8:
+        return False, "too few casts to save launches"
+    return True, f"one launch instead of {len(node.inputs)}"
+
+
 def _result_avals(avals, static) -> list:
     return [_compat.ShapedArray(a.shape, jnp.dtype(d)) for a, d in zip(avals, static["dtypes"])]
 
@@ -28,5 +39,6 @@ SPEC = KernelSpec(
     elementwise=False,
     layout=(0, 1, 1),
     result_avals=_result_avals,
+    prefer_kernel=_prefer_kernel,
     doc="multi-tensor cast between f32, bf16 and f16",
 )
