@@ -92,6 +92,15 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         return self._jitted(*args, **kwargs)
 
+    def plain(self):
+        """`jax.jit` of the same function with the same options: the baseline jgsess must match."""
+        return jax.jit(
+            self._fun,
+            static_argnums=self._static_argnums or None,
+            static_argnames=self._static_argnames or None,
+            donate_argnums=self._donate_argnums or None,
+        )
+
     def lower(self, *args, **kwargs):
         """As `jax.jit(f).lower`: `lower(...).as_text()` shows the `jgsess_*` custom calls."""
         return self._jitted.lower(*args, **kwargs)

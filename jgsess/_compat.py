@@ -86,7 +86,9 @@ SCALAR_OPERANDS = _scalar_operands_allowed()
 
 
 def aval_nbytes(aval) -> int:
+    """Bytes of an array of this aval (PRNG keys count their key data); 0 for tokens."""
     shape = getattr(aval, "shape", None)
     if shape is None:
         return 0
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+    # numpy dtypes and jax's extended ones (PRNG keys: their key data) both know their size
+    return int(np.prod(shape, dtype=np.int64)) * aval.dtype.itemsize

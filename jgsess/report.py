@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -17,6 +18,50 @@ def table(headers: list[str], rows: list[list]) -> str:
 
 def _mb(nbytes: int) -> str:
     return f"{nbytes / 2**20:.2f} MB"
+
+
+_XLA_FIELDS = ("argument", "output", "alias", "temp")
+
+
+def xla_memory(compiled) -> dict[str, int] | None:
+    """XLA's own accounting of a compiled program (None where the backend gives none)."""
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return None
+    return {f: int(getattr(analysis, f"{f}_size_in_bytes")) for f in _XLA_FIELDS}
+
+
+@dataclass
+class MemoryReport:
+    """The planner's view of one program, beside XLA's for jgsess's and jax.jit's programs."""
+
+    plan: object
+    jgsess: dict | None
+    jax: dict | None
+
+    def __str__(self) -> str:
+        p = self.plan
+        out = [
+            f"memory plan: peak {_mb(p.peak)}, lower bound {_mb(p.lower_bound)} "
+            f"({p.peak / max(p.lower_bound, 1):.3f}x), naive sum {_mb(p.naive)}, "
+            f"{len(p.buffers)} buffers over {p.steps} steps (order: {p.order})",
+            "",
+            table(
+                ["largest buffers", "kind", "size", "steps", "offset"],
+                [[b.name, b.kind, _mb(b.size), f"{b.start}-{b.end}", at] for b, at in p.largest(5)],
+            ),
+        ]
+        if self.jgsess and self.jax:
+            rows = [[f"{f} bytes", _mb(self.jgsess[f]), _mb(self.jax[f])] for f in _XLA_FIELDS]
+            rows.append(
+                [
+                    "temp + output",
+                    _mb(self.jgsess["temp"] + self.jgsess["output"]),
+                    _mb(self.jax["temp"] + self.jax["output"]),
+                ]
+            )
+            out += ["", table(["XLA memory_analysis", "jgsess.jit", "jax.jit"], rows)]
+        return "\n".join(out)
 
 
 @dataclass
@@ -45,6 +90,14 @@ class Report:
     def fallback(self) -> str | None:
         return self.session.fallback
 
+    @functools.cached_property
+    def memory(self) -> MemoryReport:
+        """The memory plan and XLA's memory analysis of jgsess's and jax.jit's programs (this
+        compiles both)."""
+        fused = xla_memory(self.jitted.lower(*self.args, **self.kwargs).compile())
+        plain = xla_memory(self.jitted.plain().lower(*self.args, **self.kwargs).compile())
+        return MemoryReport(self.session.notes.get("memory_plan"), fused, plain)
+
     def donation_hint(self) -> str | None:
         undonated = {i for group in self.session.notes.get("undonated", []) for i in group}
         if not undonated:
@@ -71,6 +124,13 @@ class Report:
         if self.kernels:
             rows = [[k.kernel, k.impl, k.operands, _mb(k.nbytes), k.reason] for k in self.kernels]
             out += ["", table(["fused node", "runs as", "operands", "operand bytes", "why"], rows)]
+        plan = s.notes.get("memory_plan")
+        if plan is not None:
+            out += [
+                "",
+                f"memory plan: peak {_mb(plan.peak)}, lower bound {_mb(plan.lower_bound)}, "
+                f"naive sum {_mb(plan.naive)} (report.memory compares with XLA)",
+            ]
         hint = self.donation_hint()
         if hint:
             out += ["", "hint: " + hint]

@@ -47,6 +47,8 @@ class KernelSpec:
         tensor): the combine pass merges nodes with the same shared operands.
       narrowable: `static -> ((operand slot, result slot or None), ...)`, per-tensor slots the
         kernel may read and write as bf16/f16 while computing in f32 (used by fold-casts).
+      workspace: `(static, operand avals) -> bytes` of scratch the kernel needs during its call;
+        the memory planner places it in the program's workspace arena.
       result_avals: `(operand avals, static) -> result avals`, a shortcut for abstract
         evaluation (the default traces the reference, slow for calls with many tensors).
       prefer_kernel: `(node, platform) -> (bool, reason)`, the cost model; the default always
@@ -62,6 +64,7 @@ class KernelSpec:
     layout: tuple[int, int, int] | None = None
     narrowable: Callable[[dict], tuple] = field(default=lambda static: ())
     result_avals: Callable | None = None
+    workspace: Callable | None = None
     prefer_kernel: Callable | None = None
     doc: str = ""
 

@@ -1,19 +1,25 @@
-"""plan-memory: decide what each kernel may compute in place [KernelRuntime::AssignMemory].
+"""plan-memory: in-place results, the memory plan, and the workspace arena
+[KernelRuntime::AssignMemory].
 
     p2 m2 v2 = jgsess.adamw[impl=kernel] ... p g m v
  -> p2 m2 v2 = jgsess.adamw[impl=kernel, aliases=((10, 0), (12, 1), (13, 2))] ... p g m v
 
-With `donate_argnums` covering params and optimizer state, the update then runs in place.
+Every kernel gets the in-place pairs it may use (with `donate_argnums` covering params and
+optimizer state, the update then runs in place); kernels with scratch get their offset in the
+program's one workspace arena; the whole graph gets a memory plan, kept for the report and
+written to JGSESS_DUMP (JSON and a PNG timeline).
 """
 
 from __future__ import annotations
 
+import os
+
 from ..ir.graph import Graph
-from ..memory import choose_aliases
+from ..memory import choose_aliases, plan_memory
 from .manager import Context, Pass
 
 
-def run(graph: Graph, ctx: Context) -> int:
+def _aliases(graph: Graph, ctx: Context) -> int:
     order = {node: i for i, node in enumerate(graph.nodes)}
     count = 0
     for node in graph.live():
@@ -27,4 +33,15 @@ def run(graph: Graph, ctx: Context) -> int:
     return count
 
 
-PASS = Pass("plan-memory", run, recursive=True, doc=__doc__)
+def run(graph: Graph, ctx: Context) -> int:
+    count = sum(_aliases(g, ctx) for g in graph.walk())
+    plan = plan_memory(graph)
+    ctx.notes["memory_plan"] = plan
+    if ctx.dump_dir:
+        with open(os.path.join(ctx.dump_dir, "memory_plan.json"), "w") as f:
+            f.write(plan.to_json())
+        plan.timeline(os.path.join(ctx.dump_dir, "memory_plan.png"))
+    return count
+
+
+PASS = Pass("plan-memory", run, recursive=False, doc=__doc__)
