@@ -65,7 +65,8 @@ def buffers(
         if key not in found:
             size = aligned(_compat.aval_nbytes(key.aval))
             found[key] = Buffer(names.get(key) or _name(key), size, start, start, kind, [])
-        found[key].values.append(value)
+        if not any(v is value for v in found[key].values):
+            found[key].values.append(value)
         return found[key]
 
     names = {value: f"input {i}" for i, value in enumerate(graph.inputs)}
