@@ -5,6 +5,7 @@
 
 #include "kernels/adamw/adamw.h"
 #include "kernels/cast_all/cast_all.h"
+#include "kernels/global_norm/global_norm.h"
 #include "kernels/momentum/momentum.h"
 
 namespace jgsess {
@@ -33,6 +34,7 @@ pybind11::dict Platforms(Cpu* cpu, [[maybe_unused]] Cuda* cuda) {
 using Handler = XLA_FFI_Error*(XLA_FFI_CallFrame*);
 constexpr Handler* AdamwCuda = nullptr;
 constexpr Handler* CastAllCuda = nullptr;
+constexpr Handler* GlobalNormCuda = nullptr;
 constexpr Handler* MomentumCuda = nullptr;
 #endif
 
@@ -42,6 +44,7 @@ pybind11::dict Registrations() {
   pybind11::dict table;
   table["jgsess_adamw"] = Platforms(AdamwCpu, AdamwCuda);
   table["jgsess_cast_all"] = Platforms(CastAllCpu, CastAllCuda);
+  table["jgsess_global_norm"] = Platforms(GlobalNormCpu, GlobalNormCuda);
   table["jgsess_momentum"] = Platforms(MomentumCpu, MomentumCuda);
   return table;
 }

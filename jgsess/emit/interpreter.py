@@ -9,6 +9,7 @@ changed are handed back as the jaxprs they came from.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from .. import _compat
 from ..ir.graph import Graph, Node, Region, Value
@@ -22,6 +23,7 @@ def emit(graph: Graph, args) -> list:
         return value.const if value.is_const else env[value]
 
     done: set[Region] = set()
+    arena = None  # the workspace arena: allocated once, threaded through the kernels using it
     for node in graph.live():
         unit = graph.unit_of(node)
         if isinstance(unit, Region):
@@ -34,7 +36,9 @@ def emit(graph: Graph, args) -> list:
             continue
         invals = [read(v) for v in node.inputs]
         if node.is_fused:
-            outs = node.op.apply(invals, node.params)
+            if arena is None and node.params.get("workspace") and node.params["impl"] == "kernel":
+                arena = jnp.zeros((graph.arena_bytes,), jnp.uint8)
+            outs, arena = node.op.apply(invals, node.params, arena)
         else:
             outs = _compat.bind(node.op, _params_with_subgraphs(node), invals)
         for value, out in zip(node.outputs, outs):

@@ -142,6 +142,8 @@ class Graph:
         self._anchors: dict[Node, Node] = {}
         self._dirty = False  # edited since the last settle
         self.donated: list[bool] = [False] * len(self.inputs)
+        # bytes of the workspace arena its kernels share (set by the memory planner)
+        self.arena_bytes = 0
         # The ClosedJaxpr this graph was built from; emission reuses it while `changed` is False.
         self.source = source
         self.changed = False

@@ -43,3 +43,10 @@ def make(name: str, inputs: list[Value], aval) -> Node:
 def const(value, like: Value) -> Value:
     """A rank-0 constant of `like`'s dtype and weak type."""
     return Value(like.aval.update(shape=()), const=np.asarray(value, dtype=like.dtype))
+
+
+def convert(value: Value, dtype) -> Node:
+    """A node `convert_element_type[dtype](value)`, with this jax version's params."""
+    struct = jax.ShapeDtypeStruct(value.shape, value.dtype)
+    (eqn,) = jax.make_jaxpr(lambda x: lax.convert_element_type(x, dtype))(struct).jaxpr.eqns
+    return Node(eqn.primitive, [value], [eqn.outvars[0].aval], eqn.params)

@@ -1,8 +1,10 @@
 """Kernel specs: one per fused operation, each with a pure-JAX reference beside it."""
 
-from . import adamw, cast_all, momentum
+from . import adamw, cast_all, global_norm, momentum
 from .spec import KernelSpec
 
-SPECS: dict[str, KernelSpec] = {s.name: s for s in (adamw.SPEC, momentum.SPEC, cast_all.SPEC)}
+SPECS: dict[str, KernelSpec] = {
+    s.name: s for s in (adamw.SPEC, momentum.SPEC, cast_all.SPEC, global_norm.SPEC)
+}
 
-__all__ = ["SPECS", "KernelSpec", "adamw", "cast_all", "momentum"]
+__all__ = ["SPECS", "KernelSpec", "adamw", "cast_all", "global_norm", "momentum"]

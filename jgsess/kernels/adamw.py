@@ -16,16 +16,56 @@ from jax import lax
 from .. import _compat
 from .spec import KernelSpec
 
-SCALARS = ("b1", "omb1", "b2", "omb2", "bc1", "bc2", "eps", "eps_root", "wd", "lr")
-BIAS_CORRECTION, EPS_ROOT, WEIGHT_DECAY, UPDATE = 1, 2, 4, 8
+SCALARS = (
+    "b1",
+    "omb1",
+    "b2",
+    "omb2",
+    "bc1",
+    "bc2",
+    "eps",
+    "eps_root",
+    "wd",
+    "lr",
+    "keep",
+    "norm",
+    "clip",
+)
+BIAS_CORRECTION, EPS_ROOT, WEIGHT_DECAY, UPDATE, CLIP = 1, 2, 4, 8, 16
 OPTAX_ADAMW = BIAS_CORRECTION | EPS_ROOT | WEIGHT_DECAY
 OPTAX_ADAM = BIAS_CORRECTION | EPS_ROOT
 MINDSPORE_ADAM_WEIGHT_DECAY = WEIGHT_DECAY
 MINDSPORE_ADAM = 0
 
 
-def update(p, g, m, v, b1, omb1, b2, omb2, bc1, bc2, eps, eps_root, wd, lr, *, flags):
-    """One tensor's update (the formula every form shares; `flags` switches its parts off)."""
+def update(
+    p,
+    g,
+    m,
+    v,
+    b1,
+    omb1,
+    b2,
+    omb2,
+    bc1,
+    bc2,
+    eps,
+    eps_root,
+    wd,
+    lr,
+    keep=None,
+    norm=None,
+    clip=None,
+    *,
+    flags,
+):
+    """One tensor's update (the formula every form shares; `flags` switches its parts off).
+
+    With CLIP, g is first clipped as optax.clip_by_global_norm does: where `keep` (1.0 when the
+    global norm is within `clip`) it stays, else it becomes (g / norm) * clip.
+    """
+    if flags & CLIP:
+        g = jnp.where(keep != 0, g, (g / norm) * clip)
     m2 = omb1 * g + b1 * m
     v2 = omb2 * lax.square(g) + b2 * v
     mhat, vhat = m2, v2

@@ -11,7 +11,10 @@ rule, and the test oracle. The primitive `jgsess_<name>`:
   batching        elementwise kernels batch through the kernel; others vmap the reference
 
 A fused node's params are the spec's static params plus `impl` ("kernel" or "xla", set by
-selection) and `aliases` (pairs (operand, result), set by the memory planner).
+selection), `aliases` (pairs (operand, result)) and, for kernels with scratch, `workspace`
+((offset, bytes) in the program's workspace arena), both set by the memory planner. A kernel
+with a workspace takes the arena as an extra first operand and gives it back as an extra last
+result, written in place: the program allocates the arena once and threads it through.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
 from . import _native
 
 NODE_ONLY_PARAMS = frozenset({"impl"})
-PRIMITIVE_ONLY_PARAMS = frozenset({"aliases"})
+PRIMITIVE_ONLY_PARAMS = frozenset({"aliases", "workspace"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,13 +94,23 @@ class KernelSpec:
     def run_reference(self, operands, params: dict) -> list:
         return list(self.reference(*operands, **self.static(params)))
 
-    def apply(self, operands, params: dict) -> list:
-        """Emit the node: bind the kernel's primitive, or trace the reference (XLA's own code)."""
-        if params.get("impl") == "kernel":
-            bound = {k: v for k, v in params.items() if k not in NODE_ONLY_PARAMS}
-            bound.setdefault("aliases", ())
-            return list(self.primitive.bind(*operands, **bound))
-        return self.run_reference(operands, params)
+    def apply(self, operands, params: dict, arena=None) -> tuple[list, object]:
+        """Emit the node: bind the kernel's primitive (with the workspace arena, if it has a
+        workspace), or trace the reference (XLA's own code). Returns (results, arena)."""
+        if params.get("impl") != "kernel":
+            return self.run_reference(operands, params), arena
+        bound = {k: v for k, v in params.items() if k not in NODE_ONLY_PARAMS}
+        bound.setdefault("aliases", ())
+        bound.setdefault("workspace", None)
+        if bound["workspace"] is None:
+            return list(self.primitive.bind(*operands, **bound)), arena
+        *outs, arena = self.primitive.bind(arena, *operands, **bound)
+        return outs, arena
+
+
+def _split(args, params) -> tuple[object, tuple]:
+    """(the workspace arena or None, the operands proper)."""
+    return (args[0], tuple(args[1:])) if params.get("workspace") else (None, tuple(args))
 
 
 def _make_primitive(spec: KernelSpec):
@@ -104,14 +118,21 @@ def _make_primitive(spec: KernelSpec):
     prim.multiple_results = True
 
     def reference(*args, **params):
-        return spec.reference(*args, **spec.static(params))
+        arena, operands = _split(args, params)
+        outs = list(spec.reference(*operands, **spec.static(params)))
+        return outs if arena is None else [*outs, arena]
 
     def abstract_eval(*avals, **params):
+        arena, operands = _split(avals, params)
         if spec.result_avals is not None:
-            return spec.result_avals(avals, spec.static(params))
-        structs = [_compat.shape_struct(a) for a in avals]
-        outs = jax.eval_shape(functools.partial(reference, **params), *structs)
-        return [_compat.ShapedArray(o.shape, o.dtype) for o in outs]
+            outs = list(spec.result_avals(operands, spec.static(params)))
+        else:
+            structs = [_compat.shape_struct(a) for a in operands]
+            shapes = jax.eval_shape(
+                functools.partial(spec.reference, **spec.static(params)), *structs
+            )
+            outs = [_compat.ShapedArray(o.shape, o.dtype) for o in shapes]
+        return outs if arena is None else [*outs, arena]
 
     def impl(*args, **params):
         return jax.jit(functools.partial(prim.bind, **params))(*args)
@@ -123,24 +144,36 @@ def _make_primitive(spec: KernelSpec):
         return outs, list(tangent_outs)
 
     def batch(args, dims, **params):
-        if spec.elementwise and all(
-            d is _compat.NOT_MAPPED or a.ndim > 1 for a, d in zip(args, dims)
-        ):
-            size = next(a.shape[d] for a, d in zip(args, dims) if d is not _compat.NOT_MAPPED)
+        unmapped = _compat.NOT_MAPPED
+        if spec.elementwise and all(d is unmapped or a.ndim > 1 for a, d in zip(args, dims)):
+            size = next(a.shape[d] for a, d in zip(args, dims) if d is not unmapped)
             moved = [
                 jnp.moveaxis(a, d, 0)
-                if d is not _compat.NOT_MAPPED
+                if d is not unmapped
                 else (jnp.broadcast_to(a, (size, *a.shape)) if a.ndim else a)
                 for a, d in zip(args, dims)
             ]
             return prim.bind(*moved, **params), [0] * len(abstract_eval(*moved, **params))
-        in_axes = [None if d is _compat.NOT_MAPPED else d for d in dims]
-        outs = jax.vmap(functools.partial(reference, **params), in_axes=in_axes)(*args)
-        return list(outs), [0] * len(outs)
+        arena, _ = _split(args, params)
+        in_axes = [None if d is unmapped else d for d in dims]
+        one = [
+            jax.ShapeDtypeStruct(a.shape if d is None else a.shape[:d] + a.shape[d + 1 :], a.dtype)
+            for a, d in zip(args, in_axes)
+        ]
+        n = len(jax.eval_shape(functools.partial(reference, **params), *one))
+        out_axes = [0] * n if arena is None else [0] * (n - 1) + [None]
+        outs = jax.vmap(functools.partial(reference, **params), in_axes, out_axes)(*args)
+        return list(outs), [unmapped if a is None else a for a in out_axes]
 
     def ffi_rule(ctx, *args, **params):
-        lowering = jax.ffi.ffi_lowering(spec.target, operand_output_aliases=dict(params["aliases"]))
-        return lowering(ctx, *args, **spec.attrs(spec.static(params)))
+        aliases = dict(params["aliases"])
+        attrs = spec.attrs(spec.static(params))
+        if params.get("workspace"):
+            results = len(ctx.avals_out)
+            aliases = {0: results - 1, **{i + 1: o for i, o in aliases.items()}}
+            attrs["workspace_offset"] = np.int64(params["workspace"][0])
+        lowering = jax.ffi.ffi_lowering(spec.target, operand_output_aliases=aliases)
+        return lowering(ctx, *args, **attrs)
 
     prim.def_abstract_eval(abstract_eval)
     prim.def_impl(impl)

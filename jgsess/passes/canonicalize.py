@@ -56,7 +56,25 @@ def _never_negative_zero(value: Value, depth: int = 4) -> bool:
     if node.name == "add":
         # in round-to-nearest a sum is -0.0 only when both operands are -0.0
         return any(_never_negative_zero(v, depth - 1) for v in node.inputs)
+    if node.name in ("reduce_sum", "sqrt", "broadcast_in_dim"):
+        return _never_negative_zero(node.inputs[0], depth - 1)
     return False
+
+
+def _square_of_constant(graph: Graph, m: Match) -> Value | None:
+    # square (broadcast_in_dim c) -> broadcast_in_dim (c*c): IEEE multiplication, as XLA's
+    broadcast = m.value_of(BROADCAST).producer
+    c = m["c"]
+    if not _floating(c) or c.scalar_value() is None:
+        return None
+    node = Node(
+        broadcast.op,
+        [ops.const(np.square(np.asarray(c.const)), c)],
+        [m.root.aval],
+        broadcast.params,
+    )
+    graph.insert(node, before=m.root.producer)
+    return node.outputs[0]
 
 
 def _drop_scalar_broadcasts(graph: Graph, m: Match) -> Value | None:
@@ -93,6 +111,7 @@ def _same_aval(m: Match) -> bool:
 
 x, y = Var("x"), Var("y")
 PLAIN = {"out_dtype": None}  # a mul that does not change dtype
+BROADCAST = Pat("broadcast_in_dim", [Var("c", lambda v: v.is_const and v.ndim == 0)])
 RULES = [
     # integer_pow[y=1] x -> x
     (Pat("integer_pow", [x], params={"y": 1}), lambda g, m: m["x"]),
@@ -114,6 +133,8 @@ RULES = [
     ),
     # neg (neg x) -> x
     (Pat("neg", [Pat("neg", [x])]), lambda g, m: m["x"]),
+    # square (broadcast_in_dim c) -> broadcast_in_dim (c*c)  (optax's |x|^2 of a real x)
+    (Pat("square", [BROADCAST]), _square_of_constant),
     # mul c x (c < 0 literal) -> neg (mul -c x)
     (
         Pat("mul", [Var("c", _negative_literal), x], params=PLAIN),

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from . import add_any, canonicalize, casts, combine, dce, fold_casts, plan, select, transposes
-from .fusions import fuse_adamw, fuse_cast_all, fuse_momentum
+from . import (
+    add_any,
+    canonicalize,
+    casts,
+    combine,
+    dce,
+    fold_casts,
+    fold_clip,
+    plan,
+    select,
+    transposes,
+)
+from .fusions import fuse_adamw, fuse_cast_all, fuse_global_norm, fuse_momentum
 from .manager import Pass
 
 
@@ -16,8 +27,10 @@ def default_pipeline() -> list[Pass]:
         transposes.DEDUP_PASS,
         add_any.PASS,
         dce.PASS,
+        fuse_global_norm.PASS,
         fuse_adamw.PASS,
         fuse_momentum.PASS,
+        fold_clip.PASS,
         fold_casts.PASS,
         combine.PASS,
         dce.PASS,

@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 
 from ..ir.graph import Graph
-from ..memory import choose_aliases, plan_memory
+from ..memory import Buffer, choose_aliases, plan_memory
+from ..memory.allocator import allocate
+from ..memory.lifetimes import aligned
 from .manager import Context, Pass
 
 
@@ -33,8 +35,26 @@ def _aliases(graph: Graph, ctx: Context) -> int:
     return count
 
 
+def _workspaces(graph: Graph) -> None:
+    """Offsets in the graph's one workspace arena for its kernels' scratch, reused over time."""
+    wanted = []
+    for step, node in enumerate(graph.live()):
+        if node.is_fused and node.params.get("impl") == "kernel" and node.op.workspace:
+            size = node.op.workspace(node.op.static(node.params), [v.aval for v in node.inputs])
+            if size:
+                wanted.append(
+                    (node, size, Buffer(node.name, aligned(size), step, step, "workspace"))
+                )
+    placed, peak, _ = allocate([b for *_, b in wanted]) if wanted else ({}, 0, "")
+    for node, size, b in wanted:
+        node.params["workspace"] = (placed[id(b)], size)
+    graph.arena_bytes = peak
+
+
 def run(graph: Graph, ctx: Context) -> int:
     count = sum(_aliases(g, ctx) for g in graph.walk())
+    for g in graph.walk():
+        _workspaces(g)
     plan = plan_memory(graph)
     ctx.notes["memory_plan"] = plan
     if ctx.dump_dir:

@@ -10,10 +10,11 @@ from tests.helpers import assert_trees_close
 from tests.kernels.common import SIZES, check, kernel_fn, reference_fn
 
 
-def operands(sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32):
+def operands(sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32, keep=0.0):
     keys = iter(jax.random.split(jax.random.PRNGKey(seed), 64))
     step, b1, b2 = 3, 0.9, 0.999
     scalars = [b1, 1 - b1, b2, 1 - b2, 1 - b1**step, 1 - b2**step, 1e-8, 1e-12, 1e-2, 1e-3]
+    scalars += [keep, 3.7, 0.5]  # keep (1: no clipping), global norm, clip
     tensors = []
     for shape in sizes:
         p = jax.random.normal(next(keys), shape).astype(p_dtype)
@@ -24,9 +25,18 @@ def operands(sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32):
     return [jnp.float32(s) for s in scalars] + tensors
 
 
-@pytest.mark.parametrize("flags", range(16))
+@pytest.mark.parametrize("flags", range(32))
 def test_kernel_matches_reference_on_odd_sizes(flags):
     check(adamw.SPEC, operands(SIZES, seed=flags), flags=flags)
+
+
+def test_clipping_off_where_the_norm_is_within_the_clip():
+    ops = operands([(1023,)], seed=5, keep=1.0)
+    check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW | adamw.CLIP)
+    unclipped = reference_fn(adamw.SPEC, flags=adamw.OPTAX_ADAMW)(*ops)
+    assert_trees_close(
+        kernel_fn(adamw.SPEC, flags=adamw.OPTAX_ADAMW | adamw.CLIP)(*ops), list(unclipped)
+    )
 
 
 @pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
@@ -38,7 +48,7 @@ def test_mixed_precision_parameters_and_gradients(p_dtype, g_dtype):
 
 
 def test_mixed_dtypes_in_one_call():
-    ops = operands([(9,)], 1) + operands([(40_000,)], 2, jnp.bfloat16)[10:]
+    ops = operands([(9,)], 1) + operands([(40_000,)], 2, jnp.bfloat16)[13:]
     check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAM)
 
 
@@ -62,12 +72,12 @@ def test_every_element_is_written_in_place():
 
 
 def test_inplace_pairs():
-    assert adamw.SPEC.inplace({}, 10 + 8) == {10: 0, 12: 1, 13: 2, 14: 3, 16: 4, 17: 5}
+    assert adamw.SPEC.inplace({}, 13 + 8) == {13: 0, 15: 1, 16: 2, 17: 3, 19: 4, 20: 5}
 
 
 def test_lowers_to_the_ffi_target_with_aliases():
     ops = operands([(4,)])
-    pairs = ((10, 0), (12, 1), (13, 2))
+    pairs = ((13, 0), (15, 1), (16, 2))
     lowered = jax.jit(lambda *o: adamw.SPEC.primitive.bind(*o, flags=7, aliases=pairs)).lower(*ops)
     text = lowered.as_text()
     assert "stablehlo.custom_call @jgsess_adamw" in text
@@ -81,8 +91,8 @@ def test_jvp_and_grad_through_the_reference():
     tangents = [jnp.ones_like(o) * 0.1 for o in ops]
     (out, tan), (rout, rtan) = jax.jvp(prim, ops, tangents), jax.jvp(ref, ops, tangents)
     assert_trees_close((out, tan), (list(rout), list(rtan)), rtol=1e-5, atol=1e-7)
-    g = jax.grad(lambda p: prim(*ops[:10], p, *ops[11:])[0].sum())(ops[10])
-    rg = jax.grad(lambda p: ref(*ops[:10], p, *ops[11:])[0].sum())(ops[10])
+    g = jax.grad(lambda p: prim(*ops[:13], p, *ops[14:])[0].sum())(ops[13])
+    rg = jax.grad(lambda p: ref(*ops[:13], p, *ops[14:])[0].sum())(ops[13])
     assert_trees_close(g, rg, rtol=1e-5)
 
 
@@ -108,7 +118,9 @@ def test_a_spec_without_a_compiled_kernel_lowers_to_its_reference():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("flags", [adamw.OPTAX_ADAMW, adamw.MINDSPORE_ADAM, adamw.OPTAX_ADAM | 8])
+@pytest.mark.parametrize(
+    "flags", [adamw.OPTAX_ADAMW, adamw.MINDSPORE_ADAM, adamw.OPTAX_ADAM | 8, 7 | 16]
+)
 @pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16])
 def test_cuda_kernel_matches_reference(flags, p_dtype):
     sizes = SIZES + [(1 << 20,), (3, 70_001)] + [(17,)] * 200  # several launches

@@ -12,7 +12,7 @@ from tests.optax_steps import compare
 def test_a_whole_tree_becomes_one_call():
     report = compare(optax.adamw(1e-3))
     assert report.session.notes["combined"] == [("adamw", 5)]
-    assert len(report.kernels) == 1 and report.kernels[0].operands == 10 + 4 * 5
+    assert len(report.kernels) == 1 and report.kernels[0].operands == 13 + 4 * 5
 
 
 def test_different_hyper_parameters_stay_apart():

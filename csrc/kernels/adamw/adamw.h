@@ -4,6 +4,7 @@
 // learning-rate schedule never recompiles. The order of operations is the reference's
 // (jgsess/kernels/adamw.py), so results match it bit for bit:
 //
+//   g  = keep ? g : (g/norm)*clip   (optax.clip_by_global_norm folded in: kClip)
 //   m' = omb1*g + b1*m            v' = omb2*g*g + b2*v
 //   m^ = m'/bc1                   v^ = v'/bc2                       (kBiasCorrection)
 //   u  = m^ / (sqrt(v^ + eps_root) + eps)                           (eps_root: kEpsRoot)
@@ -25,17 +26,20 @@ enum AdamwFlags : int64_t {
   kEpsRoot = 2,
   kWeightDecay = 4,
   kUpdate = 8,  // result 0 is optax's update -(lr*u), not the new parameter
+  kClip = 16,
 };
 
-constexpr int kAdamwScalars = 10;  // b1, omb1, b2, omb2, bc1, bc2, eps, eps_root, wd, lr
+// b1, omb1, b2, omb2, bc1, bc2, eps, eps_root, wd, lr, keep, norm, clip
+constexpr int kAdamwScalars = 13;
 
 struct AdamwHyper {
-  float b1, omb1, b2, omb2, bc1, bc2, eps, eps_root, wd, lr;
+  float b1, omb1, b2, omb2, bc1, bc2, eps, eps_root, wd, lr, keep, norm, clip;
 };
 
 template <int64_t kFlags>
 JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, float p, float g, float m, float v,
                                      float* p_out, float* m_out, float* v_out) {
+  if constexpr ((kFlags & kClip) != 0) g = h.keep != 0.0f ? g : (g / h.norm) * h.clip;
   float m2 = h.omb1 * g + h.b1 * m;
   float v2 = h.omb2 * (g * g) + h.b2 * v;
   float mhat = m2, vhat = v2;
@@ -58,7 +62,7 @@ JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, float p, float g, floa
 // Calls f.template operator()<kFlags>() with `flags` as a compile-time constant.
 template <typename F>
 ffi::Error DispatchAdamwFlags(int64_t flags, F&& f) {
-  return DispatchFlags<16>(flags, "adamw", std::forward<F>(f));
+  return DispatchFlags<32>(flags, "adamw", std::forward<F>(f));
 }
 
 }  // namespace jgsess

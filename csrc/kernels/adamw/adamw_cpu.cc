@@ -9,11 +9,13 @@ namespace {
 
 ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Scalar b1, Scalar omb1, Scalar b2, Scalar omb2,
                         Scalar bc1, Scalar bc2, Scalar eps, Scalar eps_root, Scalar wd, Scalar lr,
-                        Args args, Rets rets, int64_t flags) {
+                        Scalar keep, Scalar norm, Scalar clip, Args args, Rets rets,
+                        int64_t flags) {
   const AdamwHyper h{*b1.typed_data(),  *omb1.typed_data(),     *b2.typed_data(),
                      *omb2.typed_data(), *bc1.typed_data(),      *bc2.typed_data(),
                      *eps.typed_data(),  *eps_root.typed_data(), *wd.typed_data(),
-                     *lr.typed_data()};
+                     *lr.typed_data(),   *keep.typed_data(),     *norm.typed_data(),
+                     *clip.typed_data()};
   // p, g, m, v -> p', m', v'; the moments stay f32
   auto tensors = ParseTensors<4, 3>("adamw", args, rets, 0b1100, 0b110);
   if (tensors.has_error()) return tensors.error();
@@ -46,6 +48,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AdamwCpu, jgsess::AdamwCpuImpl,
                                   .Arg<jgsess::Scalar>()  // eps_root
                                   .Arg<jgsess::Scalar>()  // weight decay
                                   .Arg<jgsess::Scalar>()  // learning rate
+                                  .Arg<jgsess::Scalar>()  // keep: 1 where the norm needs no clip
+                                  .Arg<jgsess::Scalar>()  // the gradients' global norm
+                                  .Arg<jgsess::Scalar>()  // clip: the largest norm allowed
                                   .RemainingArgs()        // (p, g, m, v) per tensor
                                   .RemainingRets()        // (p', m', v') per tensor
                                   .Attr<int64_t>("flags"));

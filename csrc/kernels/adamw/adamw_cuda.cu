@@ -15,8 +15,9 @@ struct AdamwScalarPtrs {
 
 template <int64_t kFlags>
 __global__ void AdamwKernel(AdamwTable table, AdamwScalarPtrs s) {
-  const AdamwHyper h{*s.ptr[0], *s.ptr[1], *s.ptr[2], *s.ptr[3], *s.ptr[4],
-                     *s.ptr[5], *s.ptr[6], *s.ptr[7], *s.ptr[8], *s.ptr[9]};
+  const AdamwHyper h{*s.ptr[0], *s.ptr[1], *s.ptr[2],  *s.ptr[3],  *s.ptr[4],
+                     *s.ptr[5], *s.ptr[6], *s.ptr[7],  *s.ptr[8],  *s.ptr[9],
+                     *s.ptr[10], *s.ptr[11], *s.ptr[12]};
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
@@ -35,13 +36,15 @@ __global__ void AdamwKernel(AdamwTable table, AdamwScalarPtrs s) {
 
 ffi::Error AdamwCudaImpl(cudaStream_t stream, Scalar b1, Scalar omb1, Scalar b2, Scalar omb2,
                          Scalar bc1, Scalar bc2, Scalar eps, Scalar eps_root, Scalar wd,
-                         Scalar lr, Args args, Rets rets, int64_t flags) {
+                         Scalar lr, Scalar keep, Scalar norm, Scalar clip, Args args, Rets rets,
+                         int64_t flags) {
   auto tensors = ParseTensors<4, 3>("adamw", args, rets, 0b1100, 0b110);
   if (tensors.has_error()) return tensors.error();
   const AdamwScalarPtrs scalars{{b1.typed_data(), omb1.typed_data(), b2.typed_data(),
                                  omb2.typed_data(), bc1.typed_data(), bc2.typed_data(),
                                  eps.typed_data(), eps_root.typed_data(), wd.typed_data(),
-                                 lr.typed_data()}};
+                                 lr.typed_data(), keep.typed_data(), norm.typed_data(),
+                                 clip.typed_data()}};
   cudaError_t err = cudaSuccess;
   ffi::Error status = DispatchAdamwFlags(flags, [&]<int64_t kFlags>() {
     err = MultiTensorApply<4, 3, 96, 320>(*tensors, [&](const AdamwTable& table, int blocks) {
@@ -70,6 +73,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AdamwCuda, jgsess::AdamwCudaImpl,
                                   .Arg<jgsess::Scalar>()  // eps_root
                                   .Arg<jgsess::Scalar>()  // weight decay
                                   .Arg<jgsess::Scalar>()  // learning rate
+                                  .Arg<jgsess::Scalar>()  // keep: 1 where the norm needs no clip
+                                  .Arg<jgsess::Scalar>()  // the gradients' global norm
+                                  .Arg<jgsess::Scalar>()  // clip: the largest norm allowed
                                   .RemainingArgs()        // (p, g, m, v) per tensor
                                   .RemainingRets()        // (p', m', v') per tensor
                                   .Attr<int64_t>("flags"),

@@ -40,7 +40,15 @@ def _rules():
         for mode in (0, UPDATE)
         for flags in parts
     ]
-    unused = {"bc1": 1.0, "bc2": 1.0, "eps_root": 0.0, "wd": 0.0}
+    unused = {
+        "bc1": 1.0,
+        "bc2": 1.0,
+        "eps_root": 0.0,
+        "wd": 0.0,
+        "keep": 1.0,
+        "norm": 1.0,
+        "clip": 1.0,
+    }
     return update_rules(adamw.SPEC, forms, adamw.SCALARS, TENSORS, unused)
 
 

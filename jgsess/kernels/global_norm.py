@@ -1,0 +1,46 @@
+"""global_norm: sqrt of the sum of squares of many tensors, as optax's clip_by_global_norm
+computes it [Apex's multi_tensor_l2norm].
+
+Operands x_i (f32, bf16 or f16); result: the norm, f32. Each tensor is summed chunk by chunk
+(CHUNK elements, one partial sum each in the workspace arena), the chunks in order, and the
+tensors' sums in order from left to right as optax's Python `sum` does. Within a tensor the
+additions are grouped differently from XLA's reduction, which is free to group them as it likes
+too: the result agrees with XLA's to float32 rounding, not bit for bit.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+
+from .. import _compat
+from .spec import KernelSpec
+
+CHUNK = 65536  # csrc/kernels/global_norm/global_norm.h: kNormChunk
+
+
+def reference(*tensors):
+    sums = [jnp.sum(jnp.square(x.astype(jnp.float32))) for x in tensors]
+    return (jnp.sqrt(functools.reduce(jnp.add, sums, jnp.float32(0))),)
+
+
+def _items(avals) -> int:
+    return sum(-(-_compat.aval_nbytes(a) // a.dtype.itemsize // CHUNK) for a in avals)
+
+
+def _prefer_kernel(node, platform: str) -> tuple[bool, str]:
+    if len(node.inputs) < 4:
+        return False, "XLA reduces a few tensors as fast"
+    return True, f"one call for {len(node.inputs)} tensors"
+
+
+SPEC = KernelSpec(
+    name="global_norm",
+    reference=reference,
+    result_avals=lambda avals, static: [_compat.ShapedArray((), jnp.float32)],
+    # a partial sum and a start-of-tensor flag per chunk, f32 each
+    workspace=lambda static, avals: 8 * _items(avals),
+    prefer_kernel=_prefer_kernel,
+    doc="global norm of many tensors (optax.clip_by_global_norm)",
+)

@@ -1,0 +1,70 @@
+"""fold-clip: optax.clip_by_global_norm's per-leaf select moves into the adamw kernel.
+
+    keep = lt norm 1.0
+    c    = div g norm                             keep32 = convert_element_type[float32] keep
+    g2   = select_n keep c g                ->    p2 m2 v2 = jgsess.adamw[flags=23]
+    p2 m2 v2 = jgsess.adamw[flags=7] ... p g2 m v            ... keep32 norm 1.0 p g m v
+
+(with clip norms other than 1.0, `c = mul (div g norm) clip`). The kernel computes
+`keep ? g : (g / norm) * clip` element by element, the same operations as the select it
+replaces, and reads g once instead of XLA reading it for the select and again for the update.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import ops
+from ..ir.graph import Graph, Node, Value
+from ..kernels import adamw
+from ..patterns import Pat, Scalar, Var, match
+from .manager import Context, Pass
+
+_G = Var("g")
+_SCALED = Pat("div", [_G, Scalar("norm")])
+CLIPPED = [
+    Pat("select_n", [Scalar("keep"), Pat("mul", [_SCALED, Scalar("clip")]), _G]),
+    Pat("select_n", [Scalar("keep"), _SCALED, _G]),
+]
+_CLIP_SLOTS = [adamw.SCALARS.index(k) for k in ("keep", "norm", "clip")]
+
+
+def _fold(graph: Graph, node: Node, casts: dict) -> bool:
+    static = node.op.static(node.params)
+    if static["flags"] & adamw.CLIP:
+        return False
+    g = node.inputs[len(adamw.SCALARS) + 1]
+    for pattern in CLIPPED:
+        m = next(match(pattern, g), None)
+        if m is None:
+            continue
+        keep, norm = m["keep"], m["norm"]
+        if keep.dtype != np.bool_ or norm.dtype != np.float32:
+            continue
+        clip = m.get("clip") or ops.const(1.0, norm)
+        if clip.dtype != np.float32:
+            continue
+        if keep not in casts:  # one cast per predicate, so the updates still share scalars
+            cast = ops.convert(keep, np.float32)
+            graph.insert(cast, before=node)
+            casts[keep] = cast.outputs[0]
+        inputs = list(node.inputs)
+        for slot, value in zip(_CLIP_SLOTS, (casts[keep], norm, clip)):
+            inputs[slot] = value
+        inputs[len(adamw.SCALARS) + 1] = m["g"]
+        params = dict(node.params, flags=static["flags"] | adamw.CLIP)
+        folded = Node(node.op, inputs, [v.aval for v in node.outputs], params)
+        graph.insert(folded, before=node)
+        for old, new in zip(node.outputs, folded.outputs):
+            graph.replace_uses(old, new)
+        graph.remove(node)
+        return True
+    return False
+
+
+def run(graph: Graph, ctx: Context | None) -> int:
+    casts: dict[Value, Value] = {}
+    return sum(_fold(graph, n, casts) for n in graph.live() if n.is_fused and n.op is adamw.SPEC)
+
+
+PASS = Pass("fold-clip", run, doc=__doc__)

@@ -1,0 +1,80 @@
+"""fuse-global-norm: optax's global norm of a gradient tree becomes one `global_norm` node.
+
+optax.global_norm, after canonicalize:
+
+    s0 = reduce_sum[axes=all] (square g0)
+    s1 = reduce_sum[axes=all] (square g1)          n = jgsess.global_norm g0 g1 g2
+    t  = add (add s0 s1) s2                  ->
+    n  = sqrt t
+
+The sums must form one chain, added left to right (in either operand order: addition commutes
+exactly), as Python's `sum` over the leaves does; the kernel adds the tensors' sums in that
+order. Interior values may have no other users. Guard: every tensor is f32 (XLA squares and sums
+narrower ones in their own precision).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.graph import Graph, Node, Value
+from ...kernels import global_norm
+from ..manager import Context, Pass
+
+
+def _only_use(graph: Graph, value: Value, user: Node) -> bool:
+    return graph.output_uses(value) == 0 and value.users == [user]
+
+
+def _term(graph: Graph, value: Value) -> tuple[Value, list[Node]] | None:
+    """(x, nodes) if `value` is reduce_sum[all axes](square x) used only where it is."""
+    node = value.producer
+    if node is None or node.name != "reduce_sum" or not graph.is_rewritable(node):
+        return None
+    (squared,) = node.inputs
+    square = squared.producer
+    if square is None or square.name != "square" or not graph.is_rewritable(square):
+        return None
+    x = square.inputs[0]
+    if tuple(node.params.get("axes", ())) != tuple(range(x.ndim)) or x.dtype != np.float32:
+        return None
+    return (x, [square, node]) if _only_use(graph, squared, node) else None
+
+
+def _chain(graph: Graph, value: Value) -> tuple[list[Value], list[Node]] | None:
+    """The tensors whose sums of squares add up to `value`, in order, and the nodes doing it."""
+    term = _term(graph, value)
+    if term is not None:
+        return [term[0]], term[1]
+    node = value.producer
+    if node is None or node.name != "add" or not graph.is_rewritable(node):
+        return None
+    for rest, last in (node.inputs, node.inputs[::-1]):
+        tail = _term(graph, last)
+        head = _chain(graph, rest) if tail and _only_use(graph, rest, node) else None
+        if head and _only_use(graph, last, node):
+            return head[0] + [tail[0]], head[1] + tail[1] + [node]
+    return None
+
+
+def run(graph: Graph, ctx: Context | None) -> int:
+    count = 0
+    for node in graph.live():
+        if node.name != "sqrt" or not graph.is_live(node) or not graph.is_rewritable(node):
+            continue
+        found = _chain(graph, node.inputs[0])
+        if found is None or not _only_use(graph, node.inputs[0], node):
+            continue
+        tensors, matched = found
+        fused = Node(global_norm.SPEC, tensors, [node.outputs[0].aval], {})
+        graph.insert(fused, before=node)
+        graph.replace_uses(node.outputs[0], fused.outputs[0])
+        for dead in [*matched, node]:
+            graph.remove(dead)
+        count += 1
+        if ctx is not None:
+            ctx.note("fusions", ("fuse-global-norm", "global_norm"))
+    return count
+
+
+PASS = Pass("fuse-global-norm", run, doc=__doc__)

@@ -1,0 +1,62 @@
+"""The global_norm kernel against its reference, its workspace in the arena."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jgsess.kernels import global_norm
+from tests.helpers import assert_trees_close
+from tests.kernels.common import SIZES
+
+
+def tensors(shapes, seed=0, dtype=jnp.float32):
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(shapes))
+    return [
+        (jax.random.normal(k, s) * (i + 1)).astype(dtype)
+        for i, (k, s) in enumerate(zip(keys, shapes))
+    ]
+
+
+def kernel_norm(xs, offset=128, device=None):
+    avals = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
+    size = global_norm.SPEC.workspace({}, avals)
+    arena = jnp.full((offset + size + 64,), 255, jnp.uint8)  # garbage: partials must be written
+    if device is not None:
+        xs, arena = jax.device_put((xs, arena), device)
+    bind = functools.partial(global_norm.SPEC.primitive.bind, aliases=(), workspace=(offset, size))
+    norm, arena_out = jax.jit(lambda a, *x: bind(a, *x))(arena, *xs)
+    return norm, arena_out, offset, size
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_matches_the_reference_on_odd_sizes(dtype):
+    xs = tensors(SIZES + [(0,), (3, 70_001)], dtype=dtype)
+    norm, *_ = kernel_norm(xs)
+    assert_trees_close(norm, global_norm.reference(*xs)[0], rtol=2e-6, atol=0)
+
+
+def test_partials_live_in_the_arena_and_the_rest_is_untouched():
+    xs = tensors([(5,), (200_000,)])
+    norm, arena, offset, size = kernel_norm(xs)
+    arena = np.asarray(arena)
+    assert (arena[:offset] == 255).all() and (arena[offset + size :] == 255).all()
+    partials = arena[offset : offset + size].view(np.float32)[: size // 8]
+    assert partials.size == 1 + 4  # one chunk of the small tensor, four of the large one
+    np.testing.assert_allclose(np.sqrt(partials.sum()), norm, rtol=1e-6)
+
+
+def test_no_tensors_and_the_workspace_size():
+    avals = [jax.ShapeDtypeStruct((65_537,), jnp.float32), jax.ShapeDtypeStruct((3,), jnp.bfloat16)]
+    assert global_norm.SPEC.workspace({}, avals) == 8 * (2 + 1)
+    norm, *_ = kernel_norm([])
+    assert float(norm) == 0.0
+
+
+@pytest.mark.gpu
+def test_cuda_kernel_matches_reference():
+    xs = tensors(SIZES + [(1 << 22,)] + [(129,)] * 300, seed=4)
+    norm, *_ = kernel_norm(xs, device=jax.devices("gpu")[0])
+    assert_trees_close(norm, global_norm.reference(*xs)[0], rtol=5e-6, atol=0)
