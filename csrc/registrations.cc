@@ -7,6 +7,7 @@
 #include "kernels/cast_all/cast_all.h"
 #include "kernels/global_norm/global_norm.h"
 #include "kernels/momentum/momentum.h"
+#include "kernels/relu_mask/relu_mask.h"
 
 namespace jgsess {
 namespace {
@@ -36,6 +37,8 @@ constexpr Handler* AdamwCuda = nullptr;
 constexpr Handler* CastAllCuda = nullptr;
 constexpr Handler* GlobalNormCuda = nullptr;
 constexpr Handler* MomentumCuda = nullptr;
+constexpr Handler* ReluMaskCuda = nullptr;
+constexpr Handler* ReluMaskGradCuda = nullptr;
 #endif
 
 }  // namespace
@@ -46,6 +49,8 @@ pybind11::dict Registrations() {
   table["jgsess_cast_all"] = Platforms(CastAllCpu, CastAllCuda);
   table["jgsess_global_norm"] = Platforms(GlobalNormCpu, GlobalNormCuda);
   table["jgsess_momentum"] = Platforms(MomentumCpu, MomentumCuda);
+  table["jgsess_relu_mask"] = Platforms(ReluMaskCpu, ReluMaskCuda);
+  table["jgsess_relu_mask_grad"] = Platforms(ReluMaskGradCpu, ReluMaskGradCuda);
   return table;
 }
 

@@ -134,4 +134,10 @@ class Report:
         hint = self.donation_hint()
         if hint:
             out += ["", "hint: " + hint]
+        declined = s.notes.get("declined", [])
+        if declined:
+            kinds = Counter(kind for _, kind, _ in declined)
+            for kind, n in sorted(kinds.items()):
+                reason = next(r for _, k, r in declined if k == kind)
+                out += [f"not taken: {n} {kind} fusion(s): {reason}"]
         return "\n".join(out)

@@ -14,7 +14,7 @@ from . import (
     select,
     transposes,
 )
-from .fusions import fuse_adamw, fuse_cast_all, fuse_global_norm, fuse_momentum
+from .fusions import fuse_adamw, fuse_cast_all, fuse_global_norm, fuse_momentum, fuse_relu_mask
 from .manager import Pass
 
 
@@ -37,6 +37,9 @@ def default_pipeline() -> list[Pass]:
         fuse_cast_all.PASS,
         # select: a compiled kernel or XLA's code for each fused node (GPUSession::SelectKernel)
         select.PASS,
+        # hardware: platform passes that need the kernel decisions (GPUSession::HardwareOptimize)
+        fuse_relu_mask.PASS,
+        dce.PASS,
         # plan: in-place results (KernelRuntime::AssignMemory)
         plan.PASS,
     ]

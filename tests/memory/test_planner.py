@@ -212,3 +212,12 @@ def test_dump_writes_the_plan(monkeypatch, tmp_path):
     jgsess.jit(lambda x: jnp.sin(x) * 2).lower(rand((100,)))
     (folder,) = os.listdir(tmp_path)
     assert {"memory_plan.json", "memory_plan.png"} <= set(os.listdir(tmp_path / folder))
+
+
+def test_bit_mask_residuals_lower_xla_memory(monkeypatch):
+    monkeypatch.setenv("JGSESS_PREFER", "memory")
+    for name, (step, variables, state, x, y) in setups().items():
+        report = jgsess.jit(step, donate_argnums=(0, 1)).report(variables, state, x, y)
+        assert report.fusions["relu_mask"] >= 2, name
+        ours, theirs = report.memory.jgsess, report.memory.jax
+        assert ours["temp"] + ours["output"] < theirs["temp"] + theirs["output"], name

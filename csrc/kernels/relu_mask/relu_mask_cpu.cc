@@ -1,0 +1,125 @@
+// ReLU with a bit mask on the CPU: all cores, 32 elements (one mask word) at a time.
+#include <algorithm>
+#include <vector>
+
+#include "common/convert.h"
+#include "common/ffi.h"
+#include "common/parallel.h"
+#include "kernels/relu_mask/relu_mask.h"
+
+namespace jgsess {
+namespace {
+
+struct Operands {
+  const void* data[2];
+  DataType type;
+  int count;  // 1: x, 2: a and b (their sum)
+  int64_t size;
+};
+
+ffi::ErrorOr<Operands> ParseOperands(Args& args, size_t first) {
+  Operands ops{{nullptr, nullptr}, DataType::F32, static_cast<int>(args.size() - first), 0};
+  if (ops.count != 1 && ops.count != 2) {
+    return ffi::Unexpected(InvalidArgument("relu_mask: one operand, or two to add"));
+  }
+  for (int k = 0; k < ops.count; ++k) {
+    auto x = args.get<Buffer>(first + k);
+    if (x.has_error()) return ffi::Unexpected(x.error());
+    if (!IsKernelFloat(x->element_type()) || (k > 0 && (x->element_type() != ops.type ||
+                                                        static_cast<int64_t>(x->element_count()) != ops.size))) {
+      return ffi::Unexpected(InvalidArgument("relu_mask: operands of one float dtype and size"));
+    }
+    ops.data[k] = x->untyped_data();
+    ops.type = x->element_type();
+    ops.size = static_cast<int64_t>(x->element_count());
+  }
+  return ops;
+}
+
+// s[0, n) = operand(s) [begin, begin + n), in f32
+void Load(const Operands& ops, int64_t begin, int64_t n, float* s, float* scratch) {
+  for (int k = 0; k < ops.count; ++k) {
+    float* dst = k == 0 ? s : scratch;
+    if (ops.type == DataType::F32) {
+      std::copy_n(static_cast<const float*>(ops.data[k]) + begin, n, dst);
+    } else {
+      LoadF32(ops.type, ops.data[k], begin, n, dst);
+    }
+  }
+  if (ops.count == 2) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) s[i] = s[i] + scratch[i];
+  }
+}
+
+ffi::Error ReluMaskCpuImpl(ffi::ThreadPool pool, Args args, ffi::Result<Buffer> y,
+                           ffi::Result<ffi::Buffer<ffi::U32>> mask) {
+  auto ops = ParseOperands(args, 0);
+  if (ops.has_error()) return ops.error();
+  const int64_t n = ops->size;
+  if (static_cast<int64_t>(mask->element_count()) != MaskWords(n) || y->element_type() != ops->type) {
+    return InvalidArgument("relu_mask: results do not fit the operands");
+  }
+  uint32_t* words = mask->typed_data();
+  ParallelFor(pool, (n + kCpuChunk - 1) / kCpuChunk, [&](int64_t c) {
+    thread_local std::vector<float> s(kCpuChunk), scratch(kCpuChunk);
+    const int64_t begin = c * kCpuChunk, len = std::min(kCpuChunk, n - begin);
+    Load(*ops, begin, len, s.data(), scratch.data());
+    for (int64_t w = 0; w < MaskWords(len); ++w) {
+      uint32_t bits = 0;
+      const int64_t lo = 32 * w, hi = std::min<int64_t>(len, lo + 32);
+      for (int64_t i = lo; i < hi; ++i) bits |= static_cast<uint32_t>(s[i] > 0.0f) << (i - lo);
+      words[begin / 32 + w] = bits;
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) s[i] = ReluValue(s[i]);
+    if (ops->type == DataType::F32) {
+      std::copy_n(s.data(), len, static_cast<float*>(y->untyped_data()) + begin);
+    } else {
+      StoreF32(ops->type, s.data(), y->untyped_data(), begin, len);
+    }
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error ReluMaskGradCpuImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> mask, Args args,
+                               ffi::Result<Buffer> dx) {
+  auto ops = ParseOperands(args, 0);
+  if (ops.has_error()) return ops.error();
+  const int64_t n = ops->size;
+  if (static_cast<int64_t>(mask.element_count()) != MaskWords(n) || dx->element_type() != ops->type) {
+    return InvalidArgument("relu_mask_grad: operands do not fit the mask");
+  }
+  const uint32_t* words = mask.typed_data();
+  ParallelFor(pool, (n + kCpuChunk - 1) / kCpuChunk, [&](int64_t c) {
+    thread_local std::vector<float> g(kCpuChunk), scratch(kCpuChunk);
+    const int64_t begin = c * kCpuChunk, len = std::min(kCpuChunk, n - begin);
+    Load(*ops, begin, len, g.data(), scratch.data());
+    const uint32_t* w = words + begin / 32;
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) g[i] = (w[i >> 5] >> (i & 31)) & 1u ? g[i] : 0.0f;
+    if (ops->type == DataType::F32) {
+      std::copy_n(g.data(), len, static_cast<float*>(dx->untyped_data()) + begin);
+    } else {
+      StoreF32(ops->type, g.data(), dx->untyped_data(), begin, len);
+    }
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace jgsess
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskCpu, jgsess::ReluMaskCpuImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::ThreadPool>()
+                                  .RemainingArgs()                          // x, or a and b
+                                  .Ret<jgsess::Buffer>()                    // y
+                                  .Ret<xla::ffi::Buffer<xla::ffi::U32>>());  // mask
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskGradCpu, jgsess::ReluMaskGradCpuImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::ThreadPool>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::U32>>()  // mask
+                                  .RemainingArgs()                          // dy, or dy1 and dy2
+                                  .Ret<jgsess::Buffer>());                  // dx

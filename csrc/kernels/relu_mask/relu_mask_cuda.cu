@@ -1,0 +1,105 @@
+// ReLU with a bit mask on CUDA: one thread per element, one warp per mask word (ballot).
+#include "common/ffi.h"
+#include "common/multi_tensor_cuda.cuh"
+#include "kernels/relu_mask/relu_mask.h"
+
+namespace jgsess {
+namespace {
+
+constexpr int kThreads = 256;  // a multiple of 32: lane = i % 32 inside a warp
+
+__global__ void ReluMaskKernel(const void* a, const void* b, Elem type, int64_t n, void* y,
+                               uint32_t* mask) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  float s = 0.0f;
+  if (i < n) {
+    s = LoadF32(a, type, i);
+    if (b != nullptr) s = s + LoadF32(b, type, i);
+    StoreF32(y, type, i, ReluValue(s));
+  }
+  const unsigned bits = __ballot_sync(0xffffffffu, i < n && s > 0.0f);
+  if (threadIdx.x % 32 == 0 && i < n) mask[i / 32] = bits;
+}
+
+__global__ void ReluMaskGradKernel(const uint32_t* mask, const void* a, const void* b, Elem type,
+                                   int64_t n, void* dx) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float g = LoadF32(a, type, i);
+  if (b != nullptr) g = g + LoadF32(b, type, i);
+  StoreF32(dx, type, i, (mask[i / 32] >> (i % 32)) & 1u ? g : 0.0f);
+}
+
+// (first operand, second or null, element type, size), checked like the CPU handler
+ffi::Error Operands(Args& args, const void* (&data)[2], Elem& type, int64_t& n) {
+  if (args.size() != 1 && args.size() != 2) return InvalidArgument("relu_mask: 1 or 2 operands");
+  data[1] = nullptr;
+  for (size_t k = 0; k < args.size(); ++k) {
+    auto x = args.get<Buffer>(k);
+    if (x.has_error()) return x.error();
+    if (!IsKernelFloat(x->element_type())) return InvalidArgument("relu_mask: unsupported dtype");
+    data[k] = x->untyped_data();
+    type = ElemOf(x->element_type());
+    n = static_cast<int64_t>(x->element_count());
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error ReluMaskCudaImpl(cudaStream_t stream, Args args, ffi::Result<Buffer> y,
+                            ffi::Result<ffi::Buffer<ffi::U32>> mask) {
+  const void* data[2];
+  Elem type;
+  int64_t n = 0;
+  if (auto err = Operands(args, data, type, n); err.failure()) return err;
+  if (static_cast<int64_t>(mask->element_count()) != MaskWords(n)) {
+    return InvalidArgument("relu_mask: mask size");
+  }
+  if (n > 0) {
+    const int64_t blocks = (n + kThreads - 1) / kThreads;
+    ReluMaskKernel<<<blocks, kThreads, 0, stream>>>(data[0], data[1], type, n, y->untyped_data(),
+                                                    mask->typed_data());
+  }
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return Internal(std::string("relu_mask: ") + cudaGetErrorString(err));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error ReluMaskGradCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> mask, Args args,
+                                ffi::Result<Buffer> dx) {
+  const void* data[2];
+  Elem type;
+  int64_t n = 0;
+  if (auto err = Operands(args, data, type, n); err.failure()) return err;
+  if (static_cast<int64_t>(mask.element_count()) != MaskWords(n)) {
+    return InvalidArgument("relu_mask_grad: mask size");
+  }
+  if (n > 0) {
+    const int64_t blocks = (n + kThreads - 1) / kThreads;
+    ReluMaskGradKernel<<<blocks, kThreads, 0, stream>>>(mask.typed_data(), data[0], data[1], type,
+                                                        n, dx->untyped_data());
+  }
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return Internal(std::string("relu_mask_grad: ") + cudaGetErrorString(err));
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace jgsess
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskCuda, jgsess::ReluMaskCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .RemainingArgs()                         // x, or a and b
+                                  .Ret<jgsess::Buffer>()                   // y
+                                  .Ret<xla::ffi::Buffer<xla::ffi::U32>>(),  // mask
+                              jgsess::kGraphSafe);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskGradCuda, jgsess::ReluMaskGradCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::U32>>()  // mask
+                                  .RemainingArgs()                          // dy, or dy1 and dy2
+                                  .Ret<jgsess::Buffer>(),                   // dx
+                              jgsess::kGraphSafe);
