@@ -122,6 +122,15 @@ def _learning_rate(learning_rate: ScalarOrSchedule, count):
     return learning_rate(count) if callable(learning_rate) else learning_rate
 
 
+def _f32_zeros(params):
+    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.float32), params)
+
+
+def _need_params(name: str, weight_decay: float, params) -> None:
+    if weight_decay and params is None:
+        raise ValueError(f"jgsess.optim.{name}: weight decay needs the params")
+
+
 def adam_weight_decay(
     learning_rate: ScalarOrSchedule,
     beta1: float = 0.9,
@@ -138,12 +147,12 @@ def adam_weight_decay(
     """
 
     def init(params):
-        m, v = (jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.float32), params) for _ in "mv")
-        return AdamWeightDecayState(jnp.zeros([], jnp.int32), m, v)
+        return AdamWeightDecayState(
+            jnp.zeros([], jnp.int32), _f32_zeros(params), _f32_zeros(params)
+        )
 
     def update(grads, state, params=None):
-        if weight_decay and params is None:
-            raise ValueError("jgsess.optim.adam_weight_decay: weight decay needs the params")
+        _need_params("adam_weight_decay", weight_decay, params)
         lr = _learning_rate(learning_rate, state.count)
         g32 = jax.tree.map(lambda g: g.astype(jnp.float32), grads)
         m = jax.tree.map(lambda m, g: beta1 * m + (1 - beta1) * g, state.m, g32)
@@ -180,12 +189,10 @@ def momentum(
     """
 
     def init(params):
-        zeros = jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.float32), params)
-        return MomentumState(jnp.zeros([], jnp.int32), zeros)
+        return MomentumState(jnp.zeros([], jnp.int32), _f32_zeros(params))
 
     def update(grads, state, params=None):
-        if weight_decay and params is None:
-            raise ValueError("jgsess.optim.momentum: weight decay needs the params")
+        _need_params("momentum", weight_decay, params)
         lr = _learning_rate(learning_rate, state.count)
 
         def gradient(g, p):

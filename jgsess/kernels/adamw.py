@@ -10,11 +10,9 @@ handlers (csrc/kernels/adamw/) compute the same formula in the same order as `up
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from .. import _compat
-from .spec import KernelSpec
+from .optimizer import update_kernel
 
 SCALARS = (
     "b1",
@@ -93,34 +91,12 @@ def reference(*operands, flags):
     return tuple(outs)
 
 
-def _inplace(static, num_operands: int) -> dict[int, int]:
-    # operand -> result: p -> p', m -> m', v -> v' for every tensor
-    base = len(SCALARS)
-    return {
-        base + 4 * t + operand: 3 * t + k
-        for t in range((num_operands - base) // 4)
-        for k, operand in enumerate((0, 2, 3))
-    }
-
-
-def _result_avals(avals, static) -> list:
-    tensors = avals[len(SCALARS) :]
-    first = (lambda a: np.dtype(np.float32)) if static["flags"] & UPDATE else (lambda a: a.dtype)
-    return [
-        _compat.ShapedArray(a.shape, first(a) if k == 0 else a.dtype)
-        for i in range(0, len(tensors), 4)
-        for k, a in ((k, tensors[i + k]) for k in (0, 2, 3))
-    ]
-
-
-SPEC = KernelSpec(
-    name="adamw",
-    reference=reference,
-    inplace=_inplace,
-    attrs=lambda static: {"flags": np.int64(static["flags"])},
-    layout=(len(SCALARS), 4, 3),
-    # p folds with p' (not with an update result, whose dtype does not follow p's); g alone
-    narrowable=lambda static: ((1, None),) if static["flags"] & UPDATE else ((0, 0), (1, None)),
-    result_avals=_result_avals,
+SPEC = update_kernel(
+    "adamw",
+    reference,
+    SCALARS,
+    per_tensor=4,
+    state=(2, 3),
+    update_flag=UPDATE,
     doc="multi-tensor Adam/AdamW update (optax and MindSpore forms)",
 )

@@ -11,10 +11,8 @@ f32. The C++ handlers (csrc/kernels/momentum/) compute `update` below in the sam
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 
-from .. import _compat
-from .spec import KernelSpec
+from .optimizer import update_kernel
 
 SCALARS = ("lr", "mu", "wd", "scale")
 WEIGHT_DECAY, SCALE, NESTEROV, UPDATE = 1, 2, 4, 8
@@ -45,33 +43,12 @@ def reference(*operands, flags):
     return tuple(outs)
 
 
-def _inplace(static, num_operands: int) -> dict[int, int]:
-    # p -> p', acc -> acc' for every tensor
-    base = len(SCALARS)
-    return {
-        base + 3 * t + operand: 2 * t + k
-        for t in range((num_operands - base) // 3)
-        for k, operand in enumerate((0, 2))
-    }
-
-
-def _result_avals(avals, static) -> list:
-    tensors = avals[len(SCALARS) :]
-    first = (lambda a: np.dtype(np.float32)) if static["flags"] & UPDATE else (lambda a: a.dtype)
-    return [
-        _compat.ShapedArray(a.shape, first(a) if k == 0 else a.dtype)
-        for i in range(0, len(tensors), 3)
-        for k, a in ((k, tensors[i + k]) for k in (0, 2))
-    ]
-
-
-SPEC = KernelSpec(
-    name="momentum",
-    reference=reference,
-    inplace=_inplace,
-    attrs=lambda static: {"flags": np.int64(static["flags"])},
-    layout=(len(SCALARS), 3, 2),
-    narrowable=lambda static: ((1, None),) if static["flags"] & UPDATE else ((0, 0), (1, None)),
-    result_avals=_result_avals,
+SPEC = update_kernel(
+    "momentum",
+    reference,
+    SCALARS,
+    per_tensor=3,
+    state=(2,),
+    update_flag=UPDATE,
     doc="multi-tensor SGD with momentum (optax and MindSpore forms)",
 )

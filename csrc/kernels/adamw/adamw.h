@@ -65,6 +65,31 @@ ffi::Error DispatchAdamwFlags(int64_t flags, F&& f) {
   return DispatchFlags<32>(flags, "adamw", std::forward<F>(f));
 }
 
+
+// The binding the CPU and CUDA handlers share; Platform is the handler's context: XLA's thread
+// pool (CPU) or the CUDA stream.
+template <typename Platform>
+auto AdamwBinding() {
+  return xla::ffi::Ffi::Bind()
+      .Ctx<Platform>()
+      .template Arg<Scalar>()  // b1
+      .template Arg<Scalar>()  // omb1 = 1 - b1
+      .template Arg<Scalar>()  // b2
+      .template Arg<Scalar>()  // omb2 = 1 - b2
+      .template Arg<Scalar>()  // bc1 = 1 - b1^t
+      .template Arg<Scalar>()  // bc2 = 1 - b2^t
+      .template Arg<Scalar>()  // eps
+      .template Arg<Scalar>()  // eps_root
+      .template Arg<Scalar>()  // weight decay
+      .template Arg<Scalar>()  // learning rate
+      .template Arg<Scalar>()  // keep: 1 where the norm needs no clip
+      .template Arg<Scalar>()  // the gradients' global norm
+      .template Arg<Scalar>()  // clip: the largest norm allowed
+      .RemainingArgs()                 // (p, g, m, v) per tensor
+      .RemainingRets()                 // (p', m', v') per tensor
+      .template Attr<int64_t>("flags");
+}
+
 }  // namespace jgsess
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(AdamwCpu);

@@ -36,21 +36,4 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Scalar b1, Scalar omb1, Scalar b2,
 }  // namespace jgsess
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AdamwCpu, jgsess::AdamwCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::ThreadPool>()
-                                  .Arg<jgsess::Scalar>()  // b1
-                                  .Arg<jgsess::Scalar>()  // omb1 = 1 - b1
-                                  .Arg<jgsess::Scalar>()  // b2
-                                  .Arg<jgsess::Scalar>()  // omb2 = 1 - b2
-                                  .Arg<jgsess::Scalar>()  // bc1 = 1 - b1^t
-                                  .Arg<jgsess::Scalar>()  // bc2 = 1 - b2^t
-                                  .Arg<jgsess::Scalar>()  // eps
-                                  .Arg<jgsess::Scalar>()  // eps_root
-                                  .Arg<jgsess::Scalar>()  // weight decay
-                                  .Arg<jgsess::Scalar>()  // learning rate
-                                  .Arg<jgsess::Scalar>()  // keep: 1 where the norm needs no clip
-                                  .Arg<jgsess::Scalar>()  // the gradients' global norm
-                                  .Arg<jgsess::Scalar>()  // clip: the largest norm allowed
-                                  .RemainingArgs()        // (p, g, m, v) per tensor
-                                  .RemainingRets()        // (p', m', v') per tensor
-                                  .Attr<int64_t>("flags"));
+                              jgsess::AdamwBinding<xla::ffi::ThreadPool>());

@@ -55,6 +55,22 @@ ffi::Error DispatchMomentumFlags(int64_t flags, F&& f) {
   return DispatchFlags<16>(flags, "momentum", std::forward<F>(f));
 }
 
+
+// The binding the CPU and CUDA handlers share; Platform is the handler's context: XLA's thread
+// pool (CPU) or the CUDA stream.
+template <typename Platform>
+auto MomentumBinding() {
+  return xla::ffi::Ffi::Bind()
+      .Ctx<Platform>()
+      .template Arg<Scalar>()  // learning rate
+      .template Arg<Scalar>()  // momentum
+      .template Arg<Scalar>()  // weight decay
+      .template Arg<Scalar>()  // gradient scale
+      .RemainingArgs()                 // (p, g, acc) per tensor
+      .RemainingRets()                 // (p', acc') per tensor
+      .template Attr<int64_t>("flags");
+}
+
 }  // namespace jgsess
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MomentumCpu);

@@ -29,12 +29,4 @@ ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Scalar lr, Scalar mu, Scalar wd
 }  // namespace jgsess
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCpu, jgsess::MomentumCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::ThreadPool>()
-                                  .Arg<jgsess::Scalar>()  // learning rate
-                                  .Arg<jgsess::Scalar>()  // momentum
-                                  .Arg<jgsess::Scalar>()  // weight decay
-                                  .Arg<jgsess::Scalar>()  // gradient scale
-                                  .RemainingArgs()        // (p, g, acc) per tensor
-                                  .RemainingRets()        // (p', acc') per tensor
-                                  .Attr<int64_t>("flags"));
+                              jgsess::MomentumBinding<xla::ffi::ThreadPool>());

@@ -51,13 +51,5 @@ ffi::Error MomentumCudaImpl(cudaStream_t stream, Scalar lr, Scalar mu, Scalar wd
 }  // namespace jgsess
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCuda, jgsess::MomentumCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<jgsess::Scalar>()  // learning rate
-                                  .Arg<jgsess::Scalar>()  // momentum
-                                  .Arg<jgsess::Scalar>()  // weight decay
-                                  .Arg<jgsess::Scalar>()  // gradient scale
-                                  .RemainingArgs()        // (p, g, acc) per tensor
-                                  .RemainingRets()        // (p', acc') per tensor
-                                  .Attr<int64_t>("flags"),
+                              jgsess::MomentumBinding<xla::ffi::PlatformStream<cudaStream_t>>(),
                               jgsess::kGraphSafe);

@@ -20,7 +20,7 @@ from __future__ import annotations
 from ...kernels import adamw
 from ...kernels.adamw import BIAS_CORRECTION, EPS_ROOT, UPDATE, WEIGHT_DECAY
 from .engine import fusion_pass
-from .optimizer import form, update_rules
+from .optimizer import update_rules
 
 TENSORS = ("p", "g", "m", "v")
 
@@ -34,12 +34,6 @@ def _used(flags: int) -> tuple:
 
 
 def _rules():
-    parts = sorted(range(8), key=lambda flags: -bin(flags).count("1"))
-    forms = [
-        form(adamw.update, TENSORS, adamw.SCALARS, _used(flags), flags | mode)
-        for mode in (0, UPDATE)
-        for flags in parts
-    ]
     unused = {
         "bc1": 1.0,
         "bc2": 1.0,
@@ -49,7 +43,7 @@ def _rules():
         "norm": 1.0,
         "clip": 1.0,
     }
-    return update_rules(adamw.SPEC, forms, adamw.SCALARS, TENSORS, unused)
+    return update_rules(adamw.SPEC, adamw.update, TENSORS, adamw.SCALARS, _used, unused, UPDATE)
 
 
 PASS = fusion_pass("fuse-adamw", _rules, doc=__doc__)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from ...kernels import momentum
 from ...kernels.momentum import SCALE, UPDATE, WEIGHT_DECAY
 from .engine import fusion_pass
-from .optimizer import form, update_rules
+from .optimizer import update_rules
 
 TENSORS = ("p", "g", "acc")
 
@@ -28,14 +28,10 @@ def _used(flags: int) -> tuple:
 
 
 def _rules():
-    parts = sorted(range(8), key=lambda flags: -bin(flags).count("1"))
-    forms = [
-        form(momentum.update, TENSORS, momentum.SCALARS, _used(flags), flags | mode)
-        for mode in (0, UPDATE)
-        for flags in parts
-    ]
     unused = {"wd": 0.0, "scale": 1.0}
-    return update_rules(momentum.SPEC, forms, momentum.SCALARS, TENSORS, unused)
+    return update_rules(
+        momentum.SPEC, momentum.update, TENSORS, momentum.SCALARS, _used, unused, UPDATE
+    )
 
 
 PASS = fusion_pass("fuse-momentum", _rules, doc=__doc__)

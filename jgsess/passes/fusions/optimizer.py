@@ -43,8 +43,25 @@ def _f32(value: Value) -> bool:
     return value.dtype == np.float32
 
 
-def update_rules(spec: KernelSpec, forms, scalars, tensors, unused: dict) -> list[FusionRule]:
-    """FusionRules for `forms` (from `form`), most specific first."""
+def update_rules(
+    spec: KernelSpec,
+    update: Callable,
+    tensors: tuple,
+    scalars: tuple,
+    used: Callable,
+    unused: dict,
+    update_flag: int,
+) -> list[FusionRule]:
+    """FusionRules for every form of `update`: each of its three optional parts (flags 1, 2,
+    4) on or off, forms with more parts first; each as the whole step and as optax's update
+    alone (`update_flag`). `used(flags)` names the hyper-parameters a form reads; `unused`
+    gives the values passed to the kernel for the others."""
+    by_parts = sorted(range(8), key=lambda flags: -bin(flags).count("1"))
+    forms = [
+        form(update, tensors, scalars, used(flags), flags | mode)
+        for mode in (0, update_flag)
+        for flags in by_parts
+    ]
 
     def builder(flags: int):
         def build(graph: Graph, m: Match, outputs: list[Value]) -> Node | None:
