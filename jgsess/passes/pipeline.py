@@ -40,6 +40,6 @@ def default_pipeline() -> list[Pass]:
         # hardware: platform passes that need the kernel decisions (GPUSession::HardwareOptimize)
         fuse_relu_mask.PASS,
         dce.PASS,
-        # plan: in-place results (KernelRuntime::AssignMemory)
+        # plan: in-place results, the workspace arena, the memory plan (KernelRuntime::AssignMemory)
         plan.PASS,
     ]
