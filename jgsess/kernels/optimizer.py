@@ -15,7 +15,14 @@ from .spec import KernelSpec
 
 
 def update_kernel(
-    name: str, reference, scalars: tuple, per_tensor: int, state: tuple, update_flag: int, doc: str
+    name: str,
+    reference,
+    scalars: tuple,
+    per_tensor: int,
+    state: tuple,
+    update_flag: int,
+    doc: str,
+    prefer_kernel=None,
 ) -> KernelSpec:
     """The spec of a kernel with `per_tensor` operands per tensor (p, g, then the state slots
     `state`) and results (p' or the update, then the new state)."""
@@ -52,5 +59,13 @@ def update_kernel(
         layout=(base, per_tensor, len(sources)),
         narrowable=narrowable,
         result_avals=result_avals,
+        prefer_kernel=prefer_kernel,
         doc=doc,
     )
+
+
+def mean_tensor_size(node) -> float:
+    """Elements per tensor of a multi-tensor node, on average."""
+    base, per_tensor, _ = node.op.layout
+    sizes = [int(np.prod(v.shape)) for v in node.inputs[base::per_tensor]]
+    return sum(sizes) / max(len(sizes), 1)

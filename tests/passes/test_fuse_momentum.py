@@ -94,3 +94,13 @@ def test_momentum_on_a_value_used_elsewhere_does_not_fire():
     fused = jgsess.jit(leaky)
     assert fused.report(*args).fusions["momentum"] == 0
     assert_trees_close(fused(*args), jax.jit(leaky)(*args))
+
+
+def test_kernel_for_large_tensors_xla_for_small_ones_on_the_cpu():
+    opt = optax.sgd(0.1, momentum=0.9, nesterov=True)
+    large = compare(opt, params={"w": rand((300, 300)), "b": rand((70_000,), 1)})
+    (choice,) = large.kernels
+    assert choice.impl == "kernel"
+    small = compare(opt)
+    (choice,) = small.kernels
+    assert choice.impl == "xla" and "small tensors" in choice.reason
