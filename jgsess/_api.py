@@ -40,12 +40,14 @@ class Jitted:
         def body(*args, **kwargs):
             return self._trace(args, kwargs, sink)
 
-        return jax.jit(
-            body,
-            static_argnums=self._static_argnums or None,
-            static_argnames=self._static_argnames or None,
-            donate_argnums=self._donate_argnums or None,
-        )
+        return jax.jit(body, **self._options())
+
+    def _options(self) -> dict:
+        return {
+            "static_argnums": self._static_argnums or None,
+            "static_argnames": self._static_argnames or None,
+            "donate_argnums": self._donate_argnums or None,
+        }
 
     def _trace(self, args: tuple, kwargs: dict, sink: list | None):
         """Runs inside jax.jit's trace: args hold tracers (dynamic) and Python values (static)."""
@@ -94,12 +96,7 @@ class Jitted:
 
     def plain(self):
         """`jax.jit` of the same function with the same options: the baseline jgsess must match."""
-        return jax.jit(
-            self._fun,
-            static_argnums=self._static_argnums or None,
-            static_argnames=self._static_argnames or None,
-            donate_argnums=self._donate_argnums or None,
-        )
+        return jax.jit(self._fun, **self._options())
 
     def lower(self, *args, **kwargs):
         """As `jax.jit(f).lower`: `lower(...).as_text()` shows the `jgsess_*` custom calls."""
