@@ -11,6 +11,9 @@ equal graphs are equal text:
 
 from __future__ import annotations
 
+import csv
+import io
+
 import numpy as np
 
 from .graph import Graph, Node, Value
@@ -131,10 +134,11 @@ def order_csv(graph: Graph) -> str:
     names = _Names()
     for value in graph.inputs:
         names(value)
-    rows = ["position,outputs,op,inputs"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["position", "outputs", "op", "inputs"])
     for i, node in enumerate(graph.live()):
         outs = " ".join(f"{names(v)}:{aval_text(v.aval)}" for v in node.outputs)
         ins = " ".join(names(v) for v in node.inputs)
-        op = ("jgsess." if node.is_fused else "") + node.name
-        rows.append(f"{i},{outs},{op},{ins}")
-    return "\n".join(rows) + "\n"
+        writer.writerow([i, outs, ("jgsess." if node.is_fused else "") + node.name, ins])
+    return out.getvalue()
