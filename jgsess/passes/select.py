@@ -4,13 +4,17 @@
     p2 m2 v2 = jgsess.adamw[flags=7] ...    ->   jgsess.adamw[flags=7, impl=kernel] ...
 
 XLA's code (the node's pure-JAX reference, traced inline so XLA fuses it with its neighbours) is
-chosen when the platform has no compiled kernel, when `JGSESS_KERNELS` turns the kernel off, or
-when the spec's cost model says XLA is as fast.
+chosen when the platform has no compiled kernel, when `JGSESS_KERNELS` turns the kernel off,
+when the spec's cost model says XLA is as fast, or when the program may be partitioned over
+several devices: the custom calls have no partitioning rule, so XLA would gather their operands
+onto every device and change the results' shardings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import jax
 
 from .. import _compat, _config
 from ..ir.graph import Graph, Node
@@ -26,12 +30,22 @@ class KernelChoice:
     nbytes: int
 
 
+def available(spec, platform: str) -> tuple[bool, str]:
+    """Whether `spec`'s kernel may run here at all (the cost model aside), and if not, why."""
+    if not _config.kernel_enabled(spec.name):
+        return False, "JGSESS_KERNELS turns it off"
+    if platform not in spec.platforms():
+        return False, f"no compiled {platform} kernel"
+    if jax.device_count() > 1:
+        return False, f"{jax.device_count()} devices: the kernel has no partitioning rule"
+    return True, ""
+
+
 def choose(node: Node, platform: str) -> tuple[str, str]:
     spec = node.op
-    if not _config.kernel_enabled(spec.name):
-        return "xla", "JGSESS_KERNELS turns it off"
-    if platform not in spec.platforms():
-        return "xla", f"no compiled {platform} kernel"
+    ok, reason = available(spec, platform)
+    if not ok:
+        return "xla", reason
     if spec.prefer_kernel is not None:
         wins, reason = spec.prefer_kernel(node, platform)
         return ("kernel" if wins else "xla"), reason

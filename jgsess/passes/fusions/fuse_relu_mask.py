@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import _config
 from ...ir.graph import Graph, Node, Value
 from ...kernels import relu_mask
 from ...patterns import Lit, Pat, Var, match
 from ..manager import Context, Pass
+from ..select import available
 
 _S = Var("s")
 RELU = Pat("max", [_S, Lit(0.0)])
@@ -112,8 +112,9 @@ def run(graph: Graph, ctx: Context) -> int:
 
 def _wanted(ctx: Context) -> tuple[bool, str]:
     for spec in (relu_mask.FORWARD, relu_mask.BACKWARD):
-        if ctx.platform not in spec.platforms() or not _config.kernel_enabled(spec.name):
-            return False, f"no {ctx.platform} kernel, or JGSESS_KERNELS turns it off"
+        ok, reason = available(spec, ctx.platform)
+        if not ok:
+            return False, reason
     return relu_mask.prefer_kernel(None, ctx.platform)
 
 
