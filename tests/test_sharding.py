@@ -17,7 +17,8 @@ SCRIPT = textwrap.dedent(
     mesh = Mesh(np.array(jax.devices()), ("d",))
     opt = optax.adamw(1e-3)
     params = {"w": jnp.arange(64 * 32, dtype=jnp.float32).reshape(64, 32) / 1000, "b": jnp.ones(32)}
-    params = jax.device_put(params, {"w": NamedSharding(mesh, P("d", None)), "b": NamedSharding(mesh, P())})
+    layout = {"w": NamedSharding(mesh, P("d", None)), "b": NamedSharding(mesh, P())}
+    params = jax.device_put(params, layout)
     state, grads = opt.init(params), jax.tree.map(lambda p: p * 0.1, params)
 
     def step(p, s, g):
