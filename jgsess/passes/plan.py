@@ -12,6 +12,7 @@ written to JGSESS_DUMP (JSON and a PNG timeline).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from ..ir.graph import Graph
@@ -60,7 +61,8 @@ def run(graph: Graph, ctx: Context) -> int:
     if ctx.dump_dir:
         with open(os.path.join(ctx.dump_dir, "memory_plan.json"), "w") as f:
             f.write(plan.to_json())
-        plan.timeline(os.path.join(ctx.dump_dir, "memory_plan.png"))
+        if importlib.util.find_spec("matplotlib") is not None:  # the picture is optional
+            plan.timeline(os.path.join(ctx.dump_dir, "memory_plan.png"))
     return count
 
 
