@@ -2,6 +2,7 @@
 // multi-tensor driver that stages narrow operands through f32 scratch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -28,9 +29,11 @@ inline uint16_t F32ToBf16(float f) {
   return static_cast<uint16_t>(nan ? quiet_nan : rounded);
 }
 
-// dst[0, n) = src[begin, begin + n) widened to f32.
+// dst[0, n) = src[begin, begin + n) widened to f32 (copied, if it is f32).
 inline void LoadF32(DataType type, const void* src, int64_t begin, int64_t n, float* dst) {
-  if (type == DataType::BF16) {
+  if (type == DataType::F32) {
+    std::copy_n(static_cast<const float*>(src) + begin, n, dst);
+  } else if (type == DataType::BF16) {
     const uint16_t* s = static_cast<const uint16_t*>(src) + begin;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(s[i]);
@@ -41,9 +44,11 @@ inline void LoadF32(DataType type, const void* src, int64_t begin, int64_t n, fl
   }
 }
 
-// dst[begin, begin + n) = src[0, n) rounded to the narrow type.
+// dst[begin, begin + n) = src[0, n) rounded to dst's type (copied, if it is f32).
 inline void StoreF32(DataType type, const float* src, void* dst, int64_t begin, int64_t n) {
-  if (type == DataType::BF16) {
+  if (type == DataType::F32) {
+    std::copy_n(src, n, static_cast<float*>(dst) + begin);
+  } else if (type == DataType::BF16) {
     uint16_t* d = static_cast<uint16_t*>(dst) + begin;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) d[i] = F32ToBf16(src[i]);

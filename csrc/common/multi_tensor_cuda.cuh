@@ -12,11 +12,18 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/tensor_list.h"
 
 namespace jgsess {
+
+// Success, or the last CUDA error as an FFI error naming the kernel (call after launching).
+inline ffi::Error CudaStatus(const char* kernel, cudaError_t err = cudaGetLastError()) {
+  if (err == cudaSuccess) return ffi::Error::Success();
+  return Internal(std::string(kernel) + ": " + cudaGetErrorString(err));
+}
 
 constexpr int64_t kCudaChunk = 65536;
 constexpr int kCudaBlock = 512;

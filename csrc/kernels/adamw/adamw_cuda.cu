@@ -53,8 +53,7 @@ ffi::Error AdamwCudaImpl(cudaStream_t stream, Scalar b1, Scalar omb1, Scalar b2,
     return ffi::Error::Success();
   });
   if (status.failure()) return status;
-  if (err != cudaSuccess) return Internal(std::string("adamw: ") + cudaGetErrorString(err));
-  return ffi::Error::Success();
+  return CudaStatus("adamw", err);
 }
 
 }  // namespace

@@ -23,8 +23,7 @@ ffi::Error CastAllCudaImpl(cudaStream_t stream, Args args, Rets rets) {
   cudaError_t err = MultiTensorApply<1, 1, 256, 320>(*tensors, [&](const CastTable& t, int blocks) {
     CastAllKernel<<<blocks, kCudaBlock, 0, stream>>>(t);
   });
-  if (err != cudaSuccess) return Internal(std::string("cast_all: ") + cudaGetErrorString(err));
-  return ffi::Error::Success();
+  return CudaStatus("cast_all", err);
 }
 
 }  // namespace

@@ -105,10 +105,7 @@ ffi::Error GlobalNormCudaImpl(cudaStream_t stream, Buffer arena, Args args,
   }
   if (blocks > 0) launch();
   Finish<<<1, 1, 0, stream>>>(partial, starts, items, norm->typed_data());
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return Internal(std::string("global_norm: ") + cudaGetErrorString(err));
-  }
-  return ffi::Error::Success();
+  return CudaStatus("global_norm");
 }
 
 }  // namespace

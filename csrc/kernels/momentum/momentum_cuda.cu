@@ -43,8 +43,7 @@ ffi::Error MomentumCudaImpl(cudaStream_t stream, Scalar lr, Scalar mu, Scalar wd
     return ffi::Error::Success();
   });
   if (status.failure()) return status;
-  if (err != cudaSuccess) return Internal(std::string("momentum: ") + cudaGetErrorString(err));
-  return ffi::Error::Success();
+  return CudaStatus("momentum", err);
 }
 
 }  // namespace

@@ -38,14 +38,7 @@ ffi::ErrorOr<Operands> ParseOperands(Args& args, size_t first) {
 
 // s[0, n) = operand(s) [begin, begin + n), in f32
 void Load(const Operands& ops, int64_t begin, int64_t n, float* s, float* scratch) {
-  for (int k = 0; k < ops.count; ++k) {
-    float* dst = k == 0 ? s : scratch;
-    if (ops.type == DataType::F32) {
-      std::copy_n(static_cast<const float*>(ops.data[k]) + begin, n, dst);
-    } else {
-      LoadF32(ops.type, ops.data[k], begin, n, dst);
-    }
-  }
+  for (int k = 0; k < ops.count; ++k) LoadF32(ops.type, ops.data[k], begin, n, k == 0 ? s : scratch);
   if (ops.count == 2) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) s[i] = s[i] + scratch[i];
@@ -73,11 +66,7 @@ ffi::Error ReluMaskCpuImpl(ffi::ThreadPool pool, Args args, ffi::Result<Buffer> 
     }
 #pragma omp simd
     for (int64_t i = 0; i < len; ++i) s[i] = ReluValue(s[i]);
-    if (ops->type == DataType::F32) {
-      std::copy_n(s.data(), len, static_cast<float*>(y->untyped_data()) + begin);
-    } else {
-      StoreF32(ops->type, s.data(), y->untyped_data(), begin, len);
-    }
+    StoreF32(ops->type, s.data(), y->untyped_data(), begin, len);
   });
   return ffi::Error::Success();
 }
@@ -98,11 +87,7 @@ ffi::Error ReluMaskGradCpuImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> mask,
     const uint32_t* w = words + begin / 32;
 #pragma omp simd
     for (int64_t i = 0; i < len; ++i) g[i] = (w[i >> 5] >> (i & 31)) & 1u ? g[i] : 0.0f;
-    if (ops->type == DataType::F32) {
-      std::copy_n(g.data(), len, static_cast<float*>(dx->untyped_data()) + begin);
-    } else {
-      StoreF32(ops->type, g.data(), dx->untyped_data(), begin, len);
-    }
+    StoreF32(ops->type, g.data(), dx->untyped_data(), begin, len);
   });
   return ffi::Error::Success();
 }

@@ -59,10 +59,7 @@ ffi::Error ReluMaskCudaImpl(cudaStream_t stream, Args args, ffi::Result<Buffer> 
     ReluMaskKernel<<<blocks, kThreads, 0, stream>>>(data[0], data[1], type, n, y->untyped_data(),
                                                     mask->typed_data());
   }
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return Internal(std::string("relu_mask: ") + cudaGetErrorString(err));
-  }
-  return ffi::Error::Success();
+  return CudaStatus("relu_mask");
 }
 
 ffi::Error ReluMaskGradCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> mask, Args args,
@@ -79,10 +76,7 @@ ffi::Error ReluMaskGradCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> mask,
     ReluMaskGradKernel<<<blocks, kThreads, 0, stream>>>(mask.typed_data(), data[0], data[1], type,
                                                         n, dx->untyped_data());
   }
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
-    return Internal(std::string("relu_mask_grad: ") + cudaGetErrorString(err));
-  }
-  return ffi::Error::Success();
+  return CudaStatus("relu_mask_grad");
 }
 
 }  // namespace
