@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import jax
 
-from . import _compat, _config
-from .emit import emit
+from . import _config
+from .emit import to_closed_jaxpr
 from .ir import from_jaxpr, graph_text
 from .passes.manager import Context, PassRecord, run_pipeline
 from .passes.pipeline import default_pipeline
@@ -47,8 +47,7 @@ def compile_jaxpr(closed, *, name: str, donated, platform: str | None = None):
         dump_dir=os.path.join(dump, f"{name}-{next(_dump_counter)}") if dump else None,
     )
     records = run_pipeline(graph, default_pipeline(), ctx)
-    structs = [_compat.shape_struct(v.aval) for v in graph.inputs]
-    optimized = jax.make_jaxpr(lambda *args: emit(graph, args))(*structs)
+    optimized = to_closed_jaxpr(graph)
     session = Session(
         name, platform, records, ctx.notes, None, graph_text(graph), optimized, tuple(donated)
     )

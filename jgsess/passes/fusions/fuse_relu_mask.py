@@ -50,10 +50,9 @@ def _backward_selects(graph: Graph, mask: Value) -> list[Node] | None:
     return list(dict.fromkeys(mask.users))
 
 
-def _absorbed_add(graph: Graph, value: Value, reader: Node | set) -> list[Value] | None:
-    """[a, c] if `value` = add a c, same shapes, read by nothing but `reader`(s)."""
+def _absorbed_add(graph: Graph, value: Value, readers: set[Node]) -> list[Value] | None:
+    """[a, c] if `value` = add a c, same shapes, read by nothing but `readers`."""
     node = value.producer
-    readers = reader if isinstance(reader, set) else {reader}
     if node is None or node.name != "add" or not graph.is_rewritable(node):
         return None
     a, c = node.inputs
@@ -82,7 +81,7 @@ def _fuse(graph: Graph, gt: Node, dry: bool = False) -> bool:
     graph.replace_uses(relu.outputs[0], forward.outputs[0])
     for select in selects:
         dy = select.inputs[2]
-        grads = _absorbed_add(graph, dy, select) or [dy]
+        grads = _absorbed_add(graph, dy, {select}) or [dy]
         backward = Node(
             relu_mask.BACKWARD,
             [forward.outputs[1], *grads],
