@@ -1,7 +1,6 @@
-// The one table of FFI targets: target name -> {platform: handler capsule}.
+// The one table of FFI targets: target name -> {platform: handler capsule}. A kernel adds its
+// header's include and one table line.
 #include "registrations.h"
-
-#include <type_traits>
 
 #include "kernels/adamw/adamw.h"
 #include "kernels/cast_all/cast_all.h"
@@ -12,16 +11,13 @@
 namespace jgsess {
 namespace {
 
-template <typename T>
-pybind11::capsule Capsule(T* handler) {
-  static_assert(std::is_invocable_r_v<XLA_FFI_Error*, T, XLA_FFI_CallFrame*>,
-                "an FFI handler must take an XLA_FFI_CallFrame*");
+pybind11::capsule Capsule(XLA_FFI_Handler* handler) {
   return pybind11::capsule(reinterpret_cast<void*>(handler), "xla._CUSTOM_CALL_TARGET");
 }
 
-// {"cpu": cpu} plus {"CUDA": cuda} when the CUDA kernels are built in.
-template <typename Cpu, typename Cuda>
-pybind11::dict Platforms(Cpu* cpu, [[maybe_unused]] Cuda* cuda) {
+// {"cpu": cpu} plus {"CUDA": cuda} when the CUDA kernels are built in (without them, each
+// kernel header makes its <Name>Cuda a null stand-in).
+pybind11::dict Platforms(XLA_FFI_Handler* cpu, [[maybe_unused]] XLA_FFI_Handler* cuda) {
   pybind11::dict platforms;
   platforms["cpu"] = Capsule(cpu);
 #if defined(JGSESS_WITH_CUDA)
@@ -29,17 +25,6 @@ pybind11::dict Platforms(Cpu* cpu, [[maybe_unused]] Cuda* cuda) {
 #endif
   return platforms;
 }
-
-#if !defined(JGSESS_WITH_CUDA)
-// Stand-ins so the table reads the same with and without CUDA; never called.
-using Handler = XLA_FFI_Error*(XLA_FFI_CallFrame*);
-constexpr Handler* AdamwCuda = nullptr;
-constexpr Handler* CastAllCuda = nullptr;
-constexpr Handler* GlobalNormCuda = nullptr;
-constexpr Handler* MomentumCuda = nullptr;
-constexpr Handler* ReluMaskCuda = nullptr;
-constexpr Handler* ReluMaskGradCuda = nullptr;
-#endif
 
 }  // namespace
 

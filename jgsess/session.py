@@ -31,8 +31,6 @@ class Session:
     notes: dict = field(default_factory=dict)
     fallback: str | None = None
     graph: str = ""
-    jaxpr: object = None
-    donated: tuple[bool, ...] = ()
 
 
 def compile_jaxpr(closed, *, name: str, donated, platform: str | None = None):
@@ -48,7 +46,5 @@ def compile_jaxpr(closed, *, name: str, donated, platform: str | None = None):
     )
     records = run_pipeline(graph, default_pipeline(), ctx)
     optimized = to_closed_jaxpr(graph)
-    session = Session(
-        name, platform, records, ctx.notes, None, graph_text(graph), optimized, tuple(donated)
-    )
+    session = Session(name, platform, records, ctx.notes, None, graph_text(graph))
     return optimized, session

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jgsess import _compat
 from jgsess.emit import emit
 from jgsess.ir import from_jaxpr, verify
 from jgsess.passes.manager import Context, run_pipeline
@@ -53,3 +54,44 @@ def count(graph, name: str) -> int:
 
 def rand(shape, seed=0, dtype=jnp.float32):
     return jax.random.normal(jax.random.PRNGKey(seed), shape, dtype)
+
+
+def jaxpr_structure(closed):
+    """A ClosedJaxpr as nested tuples: constants (their bytes), input avals, every equation
+    (primitive, operands, result avals, params; sub-jaxprs as their structure) and the outputs.
+    Variables become their order of appearance, callables their qualified names (jax wraps
+    them anew on every trace), so two
+    jaxprs compare equal when they compute the same way."""
+    names: dict = {}
+
+    def ref(atom):
+        if _compat.is_literal(atom):
+            return ("literal", repr(_compat.literal_value(atom)), str(atom.aval))
+        return names.setdefault(atom, f"v{len(names)}"), str(atom.aval)
+
+    def param(value):
+        if isinstance(value, _compat.ClosedJaxpr):
+            return jaxpr_structure(value)
+        if isinstance(value, _compat.Jaxpr):
+            return jaxpr_structure(_compat.ClosedJaxpr(value, ()))
+        if isinstance(value, (tuple, list)):
+            return tuple(param(v) for v in value)
+        if callable(value) or hasattr(value, "call_wrapped"):  # functions, jax's WrappedFun
+            return ("callable", getattr(value, "__qualname__", type(value).__name__))
+        return repr(value)
+
+    jaxpr = closed.jaxpr
+    return (
+        tuple((ref(v), np.asarray(c).tobytes()) for v, c in zip(jaxpr.constvars, closed.consts)),
+        tuple(ref(v) for v in jaxpr.invars),
+        tuple(
+            (
+                eqn.primitive.name,
+                tuple(ref(a) for a in eqn.invars),
+                tuple(ref(v) for v in eqn.outvars),
+                tuple(sorted((k, param(v)) for k, v in eqn.params.items())),
+            )
+            for eqn in jaxpr.eqns
+        ),
+        tuple(ref(a) for a in jaxpr.outvars),
+    )

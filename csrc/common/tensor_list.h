@@ -1,17 +1,21 @@
-// The operands of a multi-tensor call, parsed once for the CPU and CUDA handlers.
+// The operand checker of the multi-tensor kernels, shared by their CPU and CUDA handlers.
 //
-// A call's remaining operands are kIn buffers per tensor and its remaining results kOut buffers
-// per tensor, tensor after tensor. Every buffer of a tensor has the same number of elements;
-// each may be f32, bf16 or f16 (kernels compute in f32: narrower operands are widened exactly,
-// narrower results rounded to nearest even, as XLA's convert does), unless the kernel asks for
-// f32 in that slot.
+// A call's operands are the family's hyper-parameters (rank-0 f32, see Hyper below), then kIn
+// buffers per tensor; its remaining results are kOut buffers per tensor, tensor after tensor.
+// Every buffer of a tensor has the same number of elements; each may be f32, bf16 or f16
+// (kernels compute in f32: narrower operands are widened exactly, narrower results rounded to
+// nearest even, as XLA's convert does), unless the kernel asks for f32 in that slot. Everything
+// is checked before a handler writes anything: a malformed call is an error, never a crash.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/ffi.h"
+#include "common/host_device.h"
 
 namespace jgsess {
 
@@ -23,51 +27,95 @@ template <int kIn, int kOut>
 struct TensorSlots {
   const void* in[kIn];
   DataType in_type[kIn];
-  void* out[kOut];
-  DataType out_type[kOut];
+  void* out[kOut > 0 ? kOut : 1];
+  DataType out_type[kOut > 0 ? kOut : 1];
   int64_t size;
 };
 
-// Parses args[first..] and all of rets. `f32_in` / `f32_out` are bit masks of slots that must
-// hold f32 (optimizer state, for instance).
+// A family's hyper-parameters are one struct of floats, in operand order: the only list of them
+// in C++. CPU handlers read the values on the host; CUDA kernels get the device pointers and
+// read them inside the kernel (no host synchronization).
+template <typename Hyper>
+constexpr int kHyperCount = sizeof(Hyper) / sizeof(float);
+
+template <typename Hyper>
+struct HyperPtrs {
+  static_assert(std::is_trivially_copyable_v<Hyper> && sizeof(Hyper) % sizeof(float) == 0,
+                "hyper-parameters are a struct of floats");
+  const float* ptr[kHyperCount<Hyper>];
+};
+
+template <typename Hyper>
+JGSESS_HOST_DEVICE Hyper LoadHyper(const HyperPtrs<Hyper>& p) {
+  float values[kHyperCount<Hyper>];
+  for (int i = 0; i < kHyperCount<Hyper>; ++i) values[i] = *p.ptr[i];
+  Hyper h;
+  memcpy(&h, values, sizeof(h));
+  return h;
+}
+
+// args[0, kHyperCount<Hyper>): each a rank-0 f32 buffer.
+template <typename Hyper>
+ffi::ErrorOr<HyperPtrs<Hyper>> ParseHyper(const char* kernel, Args& args) {
+  if (args.size() < static_cast<size_t>(kHyperCount<Hyper>)) {
+    return Invalid(kernel, "missing hyper-parameters");
+  }
+  HyperPtrs<Hyper> hyper;
+  for (int i = 0; i < kHyperCount<Hyper>; ++i) {
+    auto arg = args.get<Buffer>(i);
+    if (arg.has_error()) return ffi::Unexpected(arg.error());
+    if (arg->element_type() != DataType::F32 || arg->dimensions().size() != 0) {
+      return Invalid(kernel, "hyper-parameters are rank-0 f32");
+    }
+    hyper.ptr[i] = static_cast<const float*>(arg->untyped_data());
+  }
+  return hyper;
+}
+
+// A buffer of `size` elements (any size when size < 0) of a kernel float type, f32 if `f32`.
+inline ffi::Error CheckFloat(const char* kernel, const Buffer& b, int64_t size, bool f32,
+                             const char* what) {
+  const DataType type = b.element_type();
+  if (!IsKernelFloat(type) || (f32 && type != DataType::F32)) {
+    return InvalidArgument(std::string(kernel) + ": unsupported " + what + " dtype");
+  }
+  if (size >= 0 && static_cast<int64_t>(b.element_count()) != size) {
+    return InvalidArgument(std::string(kernel) + ": " + what + "s of a tensor differ in size");
+  }
+  return ffi::Error::Success();
+}
+
+// Parses args[first..] (kIn per tensor) and rets[0..] (kOut per tensor; none when rets is
+// null). `f32_in` / `f32_out` are bit masks of slots that must hold f32 (optimizer state).
 template <int kIn, int kOut>
 ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kernel, Args& args,
-                                                                 Rets& rets, unsigned f32_in = 0,
+                                                                 size_t first, Rets* rets,
+                                                                 unsigned f32_in = 0,
                                                                  unsigned f32_out = 0) {
-  const std::string name(kernel);
-  if (args.size() % kIn != 0 || rets.size() * kIn != args.size() * kOut) {
-    return ffi::Unexpected(InvalidArgument(name + ": operands and results do not pair up"));
+  if (args.size() < first) return Invalid(kernel, "too few operands");
+  const size_t operands = args.size() - first, results = rets ? rets->size() : 0;
+  if (operands % kIn != 0 || results * kIn != operands * kOut) {
+    return Invalid(kernel, "operands and results do not pair up");
   }
-  std::vector<TensorSlots<kIn, kOut>> tensors(args.size() / kIn);
+  std::vector<TensorSlots<kIn, kOut>> tensors(operands / kIn);
   for (size_t t = 0; t < tensors.size(); ++t) {
     auto& slots = tensors[t];
     for (int k = 0; k < kIn; ++k) {
-      auto arg = args.get<Buffer>(kIn * t + k);
+      auto arg = args.get<Buffer>(first + kIn * t + k);
       if (arg.has_error()) return ffi::Unexpected(arg.error());
-      const auto count = static_cast<int64_t>(arg->element_count());
-      const DataType type = arg->element_type();
-      if (k == 0) slots.size = count;
-      if (count != slots.size) {
-        return ffi::Unexpected(InvalidArgument(name + ": operands of a tensor differ in size"));
-      }
-      if (!IsKernelFloat(type) || ((f32_in >> k) & 1 && type != DataType::F32)) {
-        return ffi::Unexpected(InvalidArgument(name + ": unsupported operand dtype"));
-      }
+      if (k == 0) slots.size = static_cast<int64_t>(arg->element_count());
+      auto ok = CheckFloat(kernel, *arg, slots.size, (f32_in >> k) & 1, "operand");
+      if (ok.failure()) return ffi::Unexpected(ok);
       slots.in[k] = arg->untyped_data();
-      slots.in_type[k] = type;
+      slots.in_type[k] = arg->element_type();
     }
     for (int k = 0; k < kOut; ++k) {
-      auto ret = rets.get<Buffer>(kOut * t + k);
+      auto ret = rets->get<Buffer>(kOut * t + k);
       if (ret.has_error()) return ffi::Unexpected(ret.error());
-      const DataType type = (*ret)->element_type();
-      if (static_cast<int64_t>((*ret)->element_count()) != slots.size) {
-        return ffi::Unexpected(InvalidArgument(name + ": a result differs in size"));
-      }
-      if (!IsKernelFloat(type) || ((f32_out >> k) & 1 && type != DataType::F32)) {
-        return ffi::Unexpected(InvalidArgument(name + ": unsupported result dtype"));
-      }
+      auto ok = CheckFloat(kernel, **ret, slots.size, (f32_out >> k) & 1, "result");
+      if (ok.failure()) return ffi::Unexpected(ok);
       slots.out[k] = (*ret)->untyped_data();
-      slots.out_type[k] = type;
+      slots.out_type[k] = (*ret)->element_type();
     }
   }
   return tensors;

@@ -45,8 +45,3 @@ def targets() -> dict[str, frozenset[str]]:
             lowered.add(_LOWERING_PLATFORM[platform])
         found[name] = frozenset(lowered)
     return found
-
-
-def has_cuda() -> bool:
-    module = _module()
-    return bool(module and module.has_cuda())

@@ -36,7 +36,6 @@ def _result_avals(avals, static) -> list:
 SPEC = KernelSpec(
     name="cast_all",
     reference=reference,
-    elementwise=False,
     layout=(0, 1, 1),
     result_avals=_result_avals,
     prefer_kernel=_prefer_kernel,

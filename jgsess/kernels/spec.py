@@ -8,7 +8,7 @@ rule, and the test oracle. The primitive `jgsess_<name>`:
   lowering        XLA FFI custom call `jgsess_<name>` on platforms with a compiled kernel, with
                   the in-place aliases the memory planner chose; the reference elsewhere
   jvp             primal through the primitive, tangent through `jax.jvp` of the reference
-  batching        elementwise kernels batch through the kernel; others vmap the reference
+  batching        vmap of the reference
 
 A fused node's params are the spec's static params plus `impl` ("kernel" or "xla", set by
 selection), `aliases` (pairs (operand, result)) and, for kernels with scratch, `workspace`
@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
@@ -46,7 +45,6 @@ class KernelSpec:
       inplace: `(static, number of operands) -> {operand: result}` pairs that may share a
         buffer.
       attrs: `static -> dict` of FFI attributes (numpy scalars) for the C++ handler.
-      elementwise: operands and results are elementwise-aligned (batching may use the kernel).
       layout: for a multi-tensor kernel, (shared operands, operands per tensor, results per
         tensor): the combine pass merges nodes with the same shared operands.
       narrowable: `static -> ((operand slot, result slot or None), ...)`, per-tensor slots the
@@ -64,7 +62,6 @@ class KernelSpec:
     reference: Callable
     inplace: Callable[[dict, int], dict[int, int]] = field(default=lambda static, n: {})
     attrs: Callable[[dict], dict] = field(default=lambda static: {})
-    elementwise: bool = False
     layout: tuple[int, int, int] | None = None
     narrowable: Callable[[dict], tuple] = field(default=lambda static: ())
     result_avals: Callable | None = None
@@ -145,15 +142,6 @@ def _make_primitive(spec: KernelSpec):
 
     def batch(args, dims, **params):
         unmapped = _compat.NOT_MAPPED
-        if spec.elementwise and all(d is unmapped or a.ndim > 1 for a, d in zip(args, dims)):
-            size = next(a.shape[d] for a, d in zip(args, dims) if d is not unmapped)
-            moved = [
-                jnp.moveaxis(a, d, 0)
-                if d is not unmapped
-                else (jnp.broadcast_to(a, (size, *a.shape)) if a.ndim else a)
-                for a, d in zip(args, dims)
-            ]
-            return prim.bind(*moved, **params), [0] * len(abstract_eval(*moved, **params))
         arena, _ = _split(args, params)
         in_axes = [None if d is unmapped else d for d in dims]
         one = [

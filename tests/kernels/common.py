@@ -1,8 +1,9 @@
-"""Checking a kernel against its pure-JAX reference."""
+"""Checking a kernel against its pure-JAX reference, through its real custom call."""
 
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -23,13 +24,27 @@ def reference_fn(spec, **static):
     return jax.jit(functools.partial(spec.reference, **static))
 
 
+def assert_custom_call(spec, fn, *args, device=None):
+    """`fn(*args)` lowers to the `jgsess_<name>` custom call for `device`'s platform (the
+    default backend's without one): the kernel is registered there and really runs, not its
+    reference."""
+    platform = device.platform if device is not None else jax.default_backend()
+    platform = {"gpu": "cuda"}.get(platform, platform)
+    assert platform in spec.platforms(), f"{spec.target} has no kernel registered for {platform}"
+    text = fn.lower(*args).as_text()
+    assert re.search(rf"custom_call @{spec.target}\(", text), f"no {spec.target} custom call"
+
+
 def check(spec, operands, rtol=1e-6, atol=1e-8, device=None, **static):
-    """The kernel equals the reference on `operands` (results compared as f32)."""
+    """The kernel equals the reference on `operands` (results compared as f32), and the
+    kernel's custom call is what ran."""
     if device is not None:
         operands = jax.device_put(operands, device)
         # poison the allocator: results must overwrite every element of a reused buffer
         jax.block_until_ready([jnp.full(o.shape, jnp.nan, o.dtype) for o in operands])
-    got = kernel_fn(spec, **static)(*operands)
+    fn = kernel_fn(spec, **static)
+    assert_custom_call(spec, fn, *operands, device=device)
+    got = fn(*operands)
     want = list(reference_fn(spec, **static)(*operands))
     assert [g.dtype for g in got] == [w.dtype for w in want]
     f32 = lambda xs: [x.astype(jnp.float32) for x in xs]  # noqa: E731

@@ -9,7 +9,7 @@ import pytest
 
 from jgsess.kernels import global_norm
 from tests.helpers import assert_trees_close
-from tests.kernels.common import SIZES
+from tests.kernels.common import SIZES, assert_custom_call
 
 
 def tensors(shapes, seed=0, dtype=jnp.float32):
@@ -27,7 +27,9 @@ def kernel_norm(xs, offset=128, device=None):
     if device is not None:
         xs, arena = jax.device_put((xs, arena), device)
     bind = functools.partial(global_norm.SPEC.primitive.bind, aliases=(), workspace=(offset, size))
-    norm, arena_out = jax.jit(lambda a, *x: bind(a, *x))(arena, *xs)
+    fn = jax.jit(lambda a, *x: bind(a, *x))
+    assert_custom_call(global_norm.SPEC, fn, arena, *xs, device=device)
+    norm, arena_out = fn(arena, *xs)
     return norm, arena_out, offset, size
 
 
@@ -35,7 +37,8 @@ def kernel_norm(xs, offset=128, device=None):
 def test_matches_the_reference_on_odd_sizes(dtype):
     xs = tensors(SIZES + [(0,), (3, 70_001)], dtype=dtype)
     norm, *_ = kernel_norm(xs)
-    assert_trees_close(norm, global_norm.reference(*xs)[0], rtol=2e-6, atol=0)
+    # XLA groups the additions as it likes: float32 rounding of a 2M-element sum
+    assert_trees_close(norm, global_norm.reference(*xs)[0], rtol=1e-5, atol=0)
 
 
 def test_partials_live_in_the_arena_and_the_rest_is_untouched():

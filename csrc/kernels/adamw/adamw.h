@@ -18,6 +18,7 @@
 #include "common/ffi.h"
 #include "common/dispatch.h"
 #include "common/host_device.h"
+#include "common/tensor_list.h"
 
 namespace jgsess {
 
@@ -29,11 +30,13 @@ enum AdamwFlags : int64_t {
   kClip = 16,
 };
 
-// b1, omb1, b2, omb2, bc1, bc2, eps, eps_root, wd, lr, keep, norm, clip
-constexpr int kAdamwScalars = 13;
-
+// The hyper-parameters, rank-0 f32 operands in this order before the tensors
+// (jgsess/kernels/adamw.py: SCALARS).
 struct AdamwHyper {
-  float b1, omb1, b2, omb2, bc1, bc2, eps, eps_root, wd, lr, keep, norm, clip;
+  float b1, omb1, b2, omb2;  // omb = 1 - b
+  float bc1, bc2;            // bias corrections 1 - b^t
+  float eps, eps_root, wd, lr;
+  float keep, norm, clip;    // keep: 1 where the global norm needs no clip
 };
 
 template <int64_t kFlags>
@@ -72,27 +75,11 @@ template <typename Platform>
 auto AdamwBinding() {
   return xla::ffi::Ffi::Bind()
       .Ctx<Platform>()
-      .template Arg<Scalar>()  // b1
-      .template Arg<Scalar>()  // omb1 = 1 - b1
-      .template Arg<Scalar>()  // b2
-      .template Arg<Scalar>()  // omb2 = 1 - b2
-      .template Arg<Scalar>()  // bc1 = 1 - b1^t
-      .template Arg<Scalar>()  // bc2 = 1 - b2^t
-      .template Arg<Scalar>()  // eps
-      .template Arg<Scalar>()  // eps_root
-      .template Arg<Scalar>()  // weight decay
-      .template Arg<Scalar>()  // learning rate
-      .template Arg<Scalar>()  // keep: 1 where the norm needs no clip
-      .template Arg<Scalar>()  // the gradients' global norm
-      .template Arg<Scalar>()  // clip: the largest norm allowed
-      .RemainingArgs()                 // (p, g, m, v) per tensor
-      .RemainingRets()                 // (p', m', v') per tensor
+      .RemainingArgs()  // AdamwHyper, then (p, g, m, v) per tensor
+      .RemainingRets()  // (p', m', v') per tensor
       .template Attr<int64_t>("flags");
 }
 
 }  // namespace jgsess
 
-XLA_FFI_DECLARE_HANDLER_SYMBOL(AdamwCpu);
-#if defined(JGSESS_WITH_CUDA)
-XLA_FFI_DECLARE_HANDLER_SYMBOL(AdamwCuda);
-#endif
+JGSESS_DECLARE_HANDLERS(Adamw);

@@ -7,18 +7,14 @@
 namespace jgsess {
 namespace {
 
-ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Scalar b1, Scalar omb1, Scalar b2, Scalar omb2,
-                        Scalar bc1, Scalar bc2, Scalar eps, Scalar eps_root, Scalar wd, Scalar lr,
-                        Scalar keep, Scalar norm, Scalar clip, Args args, Rets rets,
-                        int64_t flags) {
-  const AdamwHyper h{*b1.typed_data(),  *omb1.typed_data(),     *b2.typed_data(),
-                     *omb2.typed_data(), *bc1.typed_data(),      *bc2.typed_data(),
-                     *eps.typed_data(),  *eps_root.typed_data(), *wd.typed_data(),
-                     *lr.typed_data(),   *keep.typed_data(),     *norm.typed_data(),
-                     *clip.typed_data()};
+ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flags) {
+  auto hyper = ParseHyper<AdamwHyper>("adamw", args);
+  if (hyper.has_error()) return hyper.error();
   // p, g, m, v -> p', m', v'; the moments stay f32
-  auto tensors = ParseTensors<4, 3>("adamw", args, rets, 0b1100, 0b110);
+  auto tensors =
+      ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
   if (tensors.has_error()) return tensors.error();
+  const AdamwHyper h = LoadHyper(*hyper);
   return DispatchAdamwFlags(flags, [&]<int64_t kFlags>() {
     RunMultiTensor<4, 3>(pool, *tensors, [&](const float* const* in, float* const* out, int64_t n) {
       // outputs may be their operands (in place); element i touches index i only

@@ -9,15 +9,9 @@ namespace {
 
 using AdamwTable = TensorTable<7, 96, 320>;  // p, g, m, v, p', m', v'
 
-struct AdamwScalarPtrs {
-  const float* ptr[kAdamwScalars];
-};
-
 template <int64_t kFlags>
-__global__ void AdamwKernel(AdamwTable table, AdamwScalarPtrs s) {
-  const AdamwHyper h{*s.ptr[0], *s.ptr[1], *s.ptr[2],  *s.ptr[3],  *s.ptr[4],
-                     *s.ptr[5], *s.ptr[6], *s.ptr[7],  *s.ptr[8],  *s.ptr[9],
-                     *s.ptr[10], *s.ptr[11], *s.ptr[12]};
+__global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
+  const AdamwHyper h = LoadHyper(hyper);
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
@@ -34,21 +28,16 @@ __global__ void AdamwKernel(AdamwTable table, AdamwScalarPtrs s) {
   }
 }
 
-ffi::Error AdamwCudaImpl(cudaStream_t stream, Scalar b1, Scalar omb1, Scalar b2, Scalar omb2,
-                         Scalar bc1, Scalar bc2, Scalar eps, Scalar eps_root, Scalar wd,
-                         Scalar lr, Scalar keep, Scalar norm, Scalar clip, Args args, Rets rets,
-                         int64_t flags) {
-  auto tensors = ParseTensors<4, 3>("adamw", args, rets, 0b1100, 0b110);
+ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flags) {
+  auto hyper = ParseHyper<AdamwHyper>("adamw", args);
+  if (hyper.has_error()) return hyper.error();
+  auto tensors =
+      ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
   if (tensors.has_error()) return tensors.error();
-  const AdamwScalarPtrs scalars{{b1.typed_data(), omb1.typed_data(), b2.typed_data(),
-                                 omb2.typed_data(), bc1.typed_data(), bc2.typed_data(),
-                                 eps.typed_data(), eps_root.typed_data(), wd.typed_data(),
-                                 lr.typed_data(), keep.typed_data(), norm.typed_data(),
-                                 clip.typed_data()}};
   cudaError_t err = cudaSuccess;
   ffi::Error status = DispatchAdamwFlags(flags, [&]<int64_t kFlags>() {
     err = MultiTensorApply<4, 3, 96, 320>(*tensors, [&](const AdamwTable& table, int blocks) {
-      AdamwKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, scalars);
+      AdamwKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, *hyper);
     });
     return ffi::Error::Success();
   });

@@ -4,7 +4,4 @@
 
 #include "common/ffi.h"
 
-XLA_FFI_DECLARE_HANDLER_SYMBOL(CastAllCpu);
-#if defined(JGSESS_WITH_CUDA)
-XLA_FFI_DECLARE_HANDLER_SYMBOL(CastAllCuda);
-#endif
+JGSESS_DECLARE_HANDLERS(CastAll);

@@ -9,7 +9,7 @@ namespace jgsess {
 namespace {
 
 ffi::Error CastAllCpuImpl(ffi::ThreadPool pool, Args args, Rets rets) {
-  auto tensors = ParseTensors<1, 1>("cast_all", args, rets);
+  auto tensors = ParseTensors<1, 1>("cast_all", args, 0, &rets);
   if (tensors.has_error()) return tensors.error();
   RunMultiTensor<1, 1>(pool, *tensors, [](const float* const* in, float* const* out, int64_t n) {
     std::copy(in[0], in[0] + n, out[0]);

@@ -18,7 +18,7 @@ __global__ void CastAllKernel(CastTable table) {
 }
 
 ffi::Error CastAllCudaImpl(cudaStream_t stream, Args args, Rets rets) {
-  auto tensors = ParseTensors<1, 1>("cast_all", args, rets);
+  auto tensors = ParseTensors<1, 1>("cast_all", args, 0, &rets);
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = MultiTensorApply<1, 1, 256, 320>(*tensors, [&](const CastTable& t, int blocks) {
     CastAllKernel<<<blocks, kCudaBlock, 0, stream>>>(t);

@@ -1,5 +1,7 @@
 // Global norm on the CPU: chunks' partial sums on all cores, then the ordered total.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "common/convert.h"
@@ -32,24 +34,21 @@ float SumSquares(const Item& item, float* scratch) {
 ffi::Error GlobalNormCpuImpl(ffi::ThreadPool pool, Buffer arena, Args args,
                              ffi::Result<ffi::BufferR0<ffi::F32>> norm,
                              ffi::Result<Buffer> arena_out, int64_t workspace_offset) {
+  auto call = ParseNorm(arena, args, *arena_out, workspace_offset, sizeof(float));
+  if (call.has_error()) return call.error();
   std::vector<Item> items;
   std::vector<int64_t> first_item;  // per tensor
-  for (size_t t = 0; t < args.size(); ++t) {
-    auto x = args.get<Buffer>(t);
-    if (x.has_error()) return x.error();
-    if (!IsKernelFloat(x->element_type())) return InvalidArgument("global_norm: unsupported dtype");
+  for (const auto& t : call->tensors) {
     first_item.push_back(static_cast<int64_t>(items.size()));
-    const auto size = static_cast<int64_t>(x->element_count());
-    for (int64_t begin = 0; begin < size; begin += kNormChunk) {
-      items.push_back({x->untyped_data(), x->element_type(), begin, std::min(size, begin + kNormChunk)});
+    for (int64_t begin = 0; begin < t.size; begin += kNormChunk) {
+      items.push_back({t.in[0], t.in_type[0], begin, std::min(t.size, begin + kNormChunk)});
     }
   }
-  if (workspace_offset + sizeof(float) * items.size() > arena.size_bytes()) {
-    return InvalidArgument("global_norm: the workspace does not fit the arena");
+  // arena and arena_out are one buffer when aliased (always, in a planned program)
+  if (arena.untyped_data() != arena_out->untyped_data()) {
+    std::memcpy(arena_out->untyped_data(), arena.untyped_data(), arena.size_bytes());
   }
-  // arena and arena_out are one buffer (aliased): the partials live in it
-  float* partial = reinterpret_cast<float*>(static_cast<char*>(arena_out->untyped_data()) +
-                                            workspace_offset);
+  float* partial = reinterpret_cast<float*>(call->workspace);
   ParallelFor(pool, static_cast<int64_t>(items.size()), [&](int64_t i) {
     thread_local std::vector<float> scratch(kNormChunk);
     partial[i] = SumSquares(items[i], scratch.data());

@@ -17,6 +17,7 @@
 #include "common/ffi.h"
 #include "common/dispatch.h"
 #include "common/host_device.h"
+#include "common/tensor_list.h"
 
 namespace jgsess {
 
@@ -27,8 +28,8 @@ enum MomentumFlags : int64_t {
   kMomentumUpdate = 8,  // result 0 is optax's update -(lr*d), not the new parameter
 };
 
-constexpr int kMomentumScalars = 4;  // lr, mu, wd, scale
-
+// The hyper-parameters, rank-0 f32 operands in this order before the tensors
+// (jgsess/kernels/momentum.py: SCALARS).
 struct MomentumHyper {
   float lr, mu, wd, scale;
 };
@@ -62,18 +63,11 @@ template <typename Platform>
 auto MomentumBinding() {
   return xla::ffi::Ffi::Bind()
       .Ctx<Platform>()
-      .template Arg<Scalar>()  // learning rate
-      .template Arg<Scalar>()  // momentum
-      .template Arg<Scalar>()  // weight decay
-      .template Arg<Scalar>()  // gradient scale
-      .RemainingArgs()                 // (p, g, acc) per tensor
-      .RemainingRets()                 // (p', acc') per tensor
+      .RemainingArgs()  // MomentumHyper, then (p, g, acc) per tensor
+      .RemainingRets()  // (p', acc') per tensor
       .template Attr<int64_t>("flags");
 }
 
 }  // namespace jgsess
 
-XLA_FFI_DECLARE_HANDLER_SYMBOL(MomentumCpu);
-#if defined(JGSESS_WITH_CUDA)
-XLA_FFI_DECLARE_HANDLER_SYMBOL(MomentumCuda);
-#endif
+JGSESS_DECLARE_HANDLERS(Momentum);

@@ -7,13 +7,14 @@
 namespace jgsess {
 namespace {
 
-ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Scalar lr, Scalar mu, Scalar wd, Scalar scale,
-                           Args args, Rets rets, int64_t flags) {
-  const MomentumHyper h{*lr.typed_data(), *mu.typed_data(), *wd.typed_data(),
-                        *scale.typed_data()};
+ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flags) {
+  auto hyper = ParseHyper<MomentumHyper>("momentum", args);
+  if (hyper.has_error()) return hyper.error();
   // p, g, acc -> p', acc'; the accumulator stays f32
-  auto tensors = ParseTensors<3, 2>("momentum", args, rets, 0b100, 0b10);
+  auto tensors =
+      ParseTensors<3, 2>("momentum", args, kHyperCount<MomentumHyper>, &rets, 0b100, 0b10);
   if (tensors.has_error()) return tensors.error();
+  const MomentumHyper h = LoadHyper(*hyper);
   return DispatchMomentumFlags(flags, [&]<int64_t kFlags>() {
     RunMultiTensor<3, 2>(pool, *tensors, [&](const float* const* in, float* const* out, int64_t n) {
 #pragma omp simd

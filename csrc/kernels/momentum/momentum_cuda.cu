@@ -8,13 +8,9 @@ namespace {
 
 using MomentumTable = TensorTable<5, 128, 320>;  // p, g, acc, p', acc'
 
-struct MomentumScalarPtrs {
-  const float* ptr[kMomentumScalars];
-};
-
 template <int64_t kFlags>
-__global__ void MomentumKernel(MomentumTable table, MomentumScalarPtrs s) {
-  const MomentumHyper h{*s.ptr[0], *s.ptr[1], *s.ptr[2], *s.ptr[3]};
+__global__ void MomentumKernel(MomentumTable table, HyperPtrs<MomentumHyper> hyper) {
+  const MomentumHyper h = LoadHyper(hyper);
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
@@ -29,16 +25,16 @@ __global__ void MomentumKernel(MomentumTable table, MomentumScalarPtrs s) {
   }
 }
 
-ffi::Error MomentumCudaImpl(cudaStream_t stream, Scalar lr, Scalar mu, Scalar wd, Scalar scale,
-                            Args args, Rets rets, int64_t flags) {
-  auto tensors = ParseTensors<3, 2>("momentum", args, rets, 0b100, 0b10);
+ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flags) {
+  auto hyper = ParseHyper<MomentumHyper>("momentum", args);
+  if (hyper.has_error()) return hyper.error();
+  auto tensors =
+      ParseTensors<3, 2>("momentum", args, kHyperCount<MomentumHyper>, &rets, 0b100, 0b10);
   if (tensors.has_error()) return tensors.error();
-  const MomentumScalarPtrs scalars{
-      {lr.typed_data(), mu.typed_data(), wd.typed_data(), scale.typed_data()}};
   cudaError_t err = cudaSuccess;
   ffi::Error status = DispatchMomentumFlags(flags, [&]<int64_t kFlags>() {
     err = MultiTensorApply<3, 2, 128, 320>(*tensors, [&](const MomentumTable& table, int blocks) {
-      MomentumKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, scalars);
+      MomentumKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, *hyper);
     });
     return ffi::Error::Success();
   });

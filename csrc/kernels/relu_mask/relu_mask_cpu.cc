@@ -10,34 +10,8 @@
 namespace jgsess {
 namespace {
 
-struct Operands {
-  const void* data[2];
-  DataType type;
-  int count;  // 1: x, 2: a and b (their sum)
-  int64_t size;
-};
-
-ffi::ErrorOr<Operands> ParseOperands(Args& args, size_t first) {
-  Operands ops{{nullptr, nullptr}, DataType::F32, static_cast<int>(args.size() - first), 0};
-  if (ops.count != 1 && ops.count != 2) {
-    return ffi::Unexpected(InvalidArgument("relu_mask: one operand, or two to add"));
-  }
-  for (int k = 0; k < ops.count; ++k) {
-    auto x = args.get<Buffer>(first + k);
-    if (x.has_error()) return ffi::Unexpected(x.error());
-    if (!IsKernelFloat(x->element_type()) || (k > 0 && (x->element_type() != ops.type ||
-                                                        static_cast<int64_t>(x->element_count()) != ops.size))) {
-      return ffi::Unexpected(InvalidArgument("relu_mask: operands of one float dtype and size"));
-    }
-    ops.data[k] = x->untyped_data();
-    ops.type = x->element_type();
-    ops.size = static_cast<int64_t>(x->element_count());
-  }
-  return ops;
-}
-
 // s[0, n) = operand(s) [begin, begin + n), in f32
-void Load(const Operands& ops, int64_t begin, int64_t n, float* s, float* scratch) {
+void Load(const ReluOperands& ops, int64_t begin, int64_t n, float* s, float* scratch) {
   for (int k = 0; k < ops.count; ++k) LoadF32(ops.type, ops.data[k], begin, n, k == 0 ? s : scratch);
   if (ops.count == 2) {
 #pragma omp simd
@@ -47,12 +21,9 @@ void Load(const Operands& ops, int64_t begin, int64_t n, float* s, float* scratc
 
 ffi::Error ReluMaskCpuImpl(ffi::ThreadPool pool, Args args, ffi::Result<Buffer> y,
                            ffi::Result<ffi::Buffer<ffi::U32>> mask) {
-  auto ops = ParseOperands(args, 0);
+  auto ops = ParseRelu("relu_mask", args, 0, *y, static_cast<int64_t>(mask->element_count()));
   if (ops.has_error()) return ops.error();
   const int64_t n = ops->size;
-  if (static_cast<int64_t>(mask->element_count()) != MaskWords(n) || y->element_type() != ops->type) {
-    return InvalidArgument("relu_mask: results do not fit the operands");
-  }
   uint32_t* words = mask->typed_data();
   ParallelFor(pool, (n + kCpuChunk - 1) / kCpuChunk, [&](int64_t c) {
     thread_local std::vector<float> s(kCpuChunk), scratch(kCpuChunk);
@@ -73,12 +44,10 @@ ffi::Error ReluMaskCpuImpl(ffi::ThreadPool pool, Args args, ffi::Result<Buffer> 
 
 ffi::Error ReluMaskGradCpuImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> mask, Args args,
                                ffi::Result<Buffer> dx) {
-  auto ops = ParseOperands(args, 0);
+  auto ops =
+      ParseRelu("relu_mask_grad", args, 0, *dx, static_cast<int64_t>(mask.element_count()));
   if (ops.has_error()) return ops.error();
   const int64_t n = ops->size;
-  if (static_cast<int64_t>(mask.element_count()) != MaskWords(n) || dx->element_type() != ops->type) {
-    return InvalidArgument("relu_mask_grad: operands do not fit the mask");
-  }
   const uint32_t* words = mask.typed_data();
   ParallelFor(pool, (n + kCpuChunk - 1) / kCpuChunk, [&](int64_t c) {
     thread_local std::vector<float> g(kCpuChunk), scratch(kCpuChunk);

@@ -30,51 +30,30 @@ __global__ void ReluMaskGradKernel(const uint32_t* mask, const void* a, const vo
   StoreF32(dx, type, i, (mask[i / 32] >> (i % 32)) & 1u ? g : 0.0f);
 }
 
-// (first operand, second or null, element type, size), checked like the CPU handler
-ffi::Error Operands(Args& args, const void* (&data)[2], Elem& type, int64_t& n) {
-  if (args.size() != 1 && args.size() != 2) return InvalidArgument("relu_mask: 1 or 2 operands");
-  data[1] = nullptr;
-  for (size_t k = 0; k < args.size(); ++k) {
-    auto x = args.get<Buffer>(k);
-    if (x.has_error()) return x.error();
-    if (!IsKernelFloat(x->element_type())) return InvalidArgument("relu_mask: unsupported dtype");
-    data[k] = x->untyped_data();
-    type = ElemOf(x->element_type());
-    n = static_cast<int64_t>(x->element_count());
-  }
-  return ffi::Error::Success();
-}
-
 ffi::Error ReluMaskCudaImpl(cudaStream_t stream, Args args, ffi::Result<Buffer> y,
                             ffi::Result<ffi::Buffer<ffi::U32>> mask) {
-  const void* data[2];
-  Elem type;
-  int64_t n = 0;
-  if (auto err = Operands(args, data, type, n); err.failure()) return err;
-  if (static_cast<int64_t>(mask->element_count()) != MaskWords(n)) {
-    return InvalidArgument("relu_mask: mask size");
-  }
+  auto ops = ParseRelu("relu_mask", args, 0, *y, static_cast<int64_t>(mask->element_count()));
+  if (ops.has_error()) return ops.error();
+  const int64_t n = ops->size;
   if (n > 0) {
     const int64_t blocks = (n + kThreads - 1) / kThreads;
-    ReluMaskKernel<<<blocks, kThreads, 0, stream>>>(data[0], data[1], type, n, y->untyped_data(),
-                                                    mask->typed_data());
+    ReluMaskKernel<<<blocks, kThreads, 0, stream>>>(ops->data[0], ops->data[1], ElemOf(ops->type),
+                                                    n, y->untyped_data(), mask->typed_data());
   }
   return CudaStatus("relu_mask");
 }
 
 ffi::Error ReluMaskGradCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> mask, Args args,
                                 ffi::Result<Buffer> dx) {
-  const void* data[2];
-  Elem type;
-  int64_t n = 0;
-  if (auto err = Operands(args, data, type, n); err.failure()) return err;
-  if (static_cast<int64_t>(mask.element_count()) != MaskWords(n)) {
-    return InvalidArgument("relu_mask_grad: mask size");
-  }
+  auto ops =
+      ParseRelu("relu_mask_grad", args, 0, *dx, static_cast<int64_t>(mask.element_count()));
+  if (ops.has_error()) return ops.error();
+  const int64_t n = ops->size;
   if (n > 0) {
     const int64_t blocks = (n + kThreads - 1) / kThreads;
-    ReluMaskGradKernel<<<blocks, kThreads, 0, stream>>>(mask.typed_data(), data[0], data[1], type,
-                                                        n, dx->untyped_data());
+    ReluMaskGradKernel<<<blocks, kThreads, 0, stream>>>(mask.typed_data(), ops->data[0],
+                                                        ops->data[1], ElemOf(ops->type), n,
+                                                        dx->untyped_data());
   }
   return CudaStatus("relu_mask_grad");
 }

@@ -1,0 +1,79 @@
+"""Every registered FFI target, called directly with malformed operands, returns an error (the
+operand checkers run before any write) and never crashes the process; every target has a
+kernel spec and a compiled CPU handler (and a CUDA one where the CUDA kernels are built)."""
+
+import importlib
+import os
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+
+import jgsess.kernels
+from jgsess.kernels import _native
+from jgsess.kernels.spec import KernelSpec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def specs() -> dict[str, KernelSpec]:
+    """target -> spec, over every module of jgsess.kernels."""
+    found = {}
+    for info in pkgutil.iter_modules(jgsess.kernels.__path__):
+        module = importlib.import_module(f"jgsess.kernels.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, KernelSpec):
+                found[value.target] = value
+    return found
+
+
+def test_every_target_has_a_spec_and_every_spec_a_registration():
+    from jgsess import _C
+
+    assert set(specs()) == set(_native.targets())
+    for target, platforms in _native.targets().items():
+        assert "cpu" in platforms, target
+        assert ("cuda" in platforms) == _C.has_cuda(), target
+
+
+def run_bad_calls(platform: str) -> list[str]:
+    env = dict(os.environ, JAX_PLATFORMS=platform)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.kernels.bad_calls"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"crashed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout.splitlines()
+
+
+def check_lines(lines: list[str]) -> None:
+    from tests.kernels import bad_calls
+
+    assert not any(line.startswith("untested") for line in lines), lines
+    for target, (good, bad) in bad_calls.cases().items():
+        for name in good:
+            assert f"ok {target}: {name}" in lines, (target, name, lines)
+        for name in bad:
+            hits = [
+                line
+                for line in lines
+                if line.endswith(f"{target}: {name}") or f" {target}: {name}:" in line
+            ]
+            assert hits and all(
+                h.startswith("error JaxRuntimeError") or h.startswith("error XlaRuntimeError")
+                for h in hits
+            ), (target, name, hits)
+
+
+def test_malformed_calls_are_errors_not_crashes():
+    check_lines(run_bad_calls("cpu"))
+
+
+@pytest.mark.gpu
+def test_malformed_calls_are_errors_not_crashes_on_cuda():
+    check_lines(run_bad_calls("cuda"))
