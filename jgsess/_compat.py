@@ -24,6 +24,41 @@ ShapedArray = jax.core.ShapedArray
 NOT_MAPPED = getattr(batching, "not_mapped", None)
 
 
+def require_devices_when_lowering(primitive) -> None:
+    """Mark `primitive` as needing the program's devices at lowering time.
+
+    jax lowers without devices unless the program holds a primitive from this registry, and
+    a lowering that wraps `custom_partitioning` needs them (jax's CHANGELOG, 0.4.24). jax offers
+    no public hook, so this is the one private name jgsess touches (TransformerEngine does the
+    same)."""
+    from jax._src import dispatch
+
+    dispatch.prim_requires_devices_during_lowering.add(primitive)
+
+
+_SHARD_MAP_PARAMS = {"mesh", "in_specs", "out_specs", "check_vma", "newly_manual_axes"}
+
+
+def can_rebuild_shard_map(params: dict) -> bool:
+    """Whether `shard_map_call` can rebuild a `shard_map` equation with these params (the
+    names of jax >= 0.8); elsewhere its body stays opaque."""
+    return _SHARD_MAP_PARAMS <= set(params) and hasattr(jax, "shard_map")
+
+
+def shard_map_call(params: dict, body, args) -> list:
+    """Bind a `shard_map` equation's params around a new `body` (flat args -> flat results),
+    letting jax trace the body in the mesh's manual context."""
+    mapped = jax.shard_map(
+        lambda *xs: tuple(body(*xs)),
+        mesh=params["mesh"],
+        in_specs=tuple(params["in_specs"]),
+        out_specs=tuple(params["out_specs"]),
+        axis_names=frozenset(params["newly_manual_axes"]),
+        check_vma=params["check_vma"],
+    )
+    return list(mapped(*args))
+
+
 def jaxpr_as_fun(closed):
     """A callable that evaluates `closed` by binding its equations."""
     return jex.jaxpr_as_fun(closed)

@@ -3,7 +3,8 @@
 Ordinary nodes bind their primitive again; fused nodes bind their kernel's primitive (which
 lowers to an XLA FFI custom call) or trace their pure-JAX reference, as selection decided;
 intact regions bind the original `custom_jvp_call` / `custom_vjp_call`. Sub-graphs that no pass
-changed are handed back as the jaxprs they came from.
+changed are handed back as the jaxprs they came from; a changed `shard_map` body is traced
+again by `jax.shard_map` itself, inside its mesh's manual context.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def emit(graph: Graph, args) -> list:
             if arena is None and node.params.get("workspace") and node.params["impl"] == "kernel":
                 arena = jnp.zeros((graph.arena_bytes,), jnp.uint8)
             outs, arena = node.op.apply(invals, node.params, arena)
+        elif node.name == "shard_map" and changed_deep(node.subgraphs["jaxpr"]):
+            body = node.subgraphs["jaxpr"]
+            outs = _compat.shard_map_call(node.params, lambda *xs: emit(body, xs), invals)
         else:
             outs = _compat.bind(node.op, _params_with_subgraphs(node), invals)
         for value, out in zip(node.outputs, outs):
@@ -65,6 +69,8 @@ def _params_with_subgraphs(node: Node) -> dict:
     for key, sub in node.subgraphs.items():
         if isinstance(sub, tuple):
             params[key] = tuple(to_closed_jaxpr(g) for g in sub)
+        elif isinstance(params[key], _compat.Jaxpr):  # an open body (shard_map), unchanged
+            params[key] = to_closed_jaxpr(sub).jaxpr
         else:
             params[key] = to_closed_jaxpr(sub)
     return params

@@ -24,6 +24,7 @@ SUBGRAPH_PARAMS = {
     "scan": ("jaxpr",),
     "jit": ("jaxpr",),
     "pjit": ("jaxpr",),
+    "shard_map": ("jaxpr",),  # an open Jaxpr; only where _compat can rebuild the call
 }
 # primitive name -> the param holding the body that is inlined as a region
 REGION_BODIES = {
@@ -74,7 +75,10 @@ def _build_eqns(graph: Graph, eqns, env: dict, region: Region | None) -> None:
             inner.outputs = list(outputs)
             graph.add_region(inner)
         else:
-            subgraphs = {key: _subgraphs(eqn.params[key]) for key in SUBGRAPH_PARAMS.get(name, ())}
+            keys = SUBGRAPH_PARAMS.get(name, ())
+            if name == "shard_map" and not _compat.can_rebuild_shard_map(eqn.params):
+                keys = ()
+            subgraphs = {key: _subgraphs(eqn.params[key]) for key in keys}
             node = Node(
                 eqn.primitive,
                 inputs,
@@ -103,6 +107,8 @@ def _all_outputs_computed(closed) -> bool:
 def _subgraphs(param):
     if isinstance(param, tuple):
         return tuple(from_jaxpr(closed) for closed in param)
+    if isinstance(param, _compat.Jaxpr):
+        return from_jaxpr(_compat.ClosedJaxpr(param, []))
     return from_jaxpr(param)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import _compat
+from .partition import multi_tensor
 from .spec import KernelSpec
 
 FLOATS = ("float32", "bfloat16", "float16")
@@ -39,5 +40,6 @@ SPEC = KernelSpec(
     layout=(0, 1, 1),
     result_avals=_result_avals,
     prefer_kernel=_prefer_kernel,
+    factors=multi_tensor((0, 1, 1)),
     doc="multi-tensor cast between f32, bf16 and f16",
 )

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 
 from .. import _compat
+from .partition import Factors, dims
 from .spec import KernelSpec
 
 CHUNK = 65536  # csrc/kernels/global_norm/global_norm.h: kNormChunk
@@ -35,6 +37,28 @@ def _prefer_kernel(node, platform: str) -> tuple[bool, str]:
     return True, f"one call for {len(node.inputs)} tensors"
 
 
+def _factors(static, avals) -> Factors:
+    # every operand factor is a reduction: a sharded tensor leaves a partial sum per shard
+    return Factors(tuple(dims(f"x{i}", len(a.shape)) for i, a in enumerate(avals)), ((),))
+
+
+def _per_shard(bind, operands, axes, params) -> list:
+    """The norm from the local blocks: one call per set of mesh axes the tensors are split
+    over, each call's square summed over its axes. Replicated tensors take the plain call."""
+    arena, tensors, axes = operands[0], operands[1:], axes[1:]  # the arena is replicated
+    groups: dict[tuple, list] = {}
+    for x, names in zip(tensors, axes):
+        groups.setdefault(tuple(sorted(set(names))), []).append(x)
+    if list(groups) == [()]:
+        return bind(*operands)
+    total = jnp.float32(0)
+    for names, xs in groups.items():
+        norm, arena = bind(arena, *xs)
+        square = norm * norm
+        total = total + (jax.lax.psum(square, names) if names else square)
+    return [jnp.sqrt(total), arena]
+
+
 SPEC = KernelSpec(
     name="global_norm",
     reference=reference,
@@ -42,5 +66,7 @@ SPEC = KernelSpec(
     # a partial sum and a start-of-tensor flag per chunk, f32 each
     workspace=lambda static, avals: 8 * _items(avals),
     prefer_kernel=_prefer_kernel,
+    factors=_factors,
+    per_shard=_per_shard,
     doc="global norm of many tensors (optax.clip_by_global_norm)",
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _compat
+from .partition import multi_tensor
 from .spec import KernelSpec
 
 
@@ -60,6 +61,7 @@ def update_kernel(
         narrowable=narrowable,
         result_avals=result_avals,
         prefer_kernel=prefer_kernel,
+        factors=multi_tensor((base, per_tensor, len(sources))),
         doc=doc,
     )
 

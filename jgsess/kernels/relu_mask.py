@@ -2,7 +2,10 @@
 AddReluGradV2].
 
 relu_mask(x) or relu_mask(a, b): s = x (or a + b) -> (relu(s), mask), where bit i % 32 of the
-u32 word i // 32 of `mask` is s_i > 0. relu_mask_grad(mask, dy) or (mask, dy1, dy2): the
+u32 word i // 32 of `mask` (in row-major order) is s_i > 0. Where the last dimension is a
+multiple of 32 the mask keeps the leading dimensions, s[..., c] -> mask[..., c // 32], so a
+sharded activation has a mask sharded alike; elsewhere the mask is flat and a sharded
+activation is gathered first. relu_mask_grad(mask, dy) or (mask, dy1, dy2): the
 gradient (or the sum of two) where the bit is set, 0 elsewhere. The references use
 `jax.nn.relu`, so the fused forward keeps relu's derivative.
 """
@@ -14,19 +17,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _compat, _config
+from .partition import Factors, dims
 from .spec import KernelSpec
 
 
+def mask_shape(shape: tuple) -> tuple:
+    """The mask's shape for an activation of `shape`: [..., c / 32] or [ceil(n / 32)]."""
+    if shape and shape[-1] % 32 == 0:
+        return (*shape[:-1], shape[-1] // 32)
+    return (-(-int(np.prod(shape, dtype=np.int64)) // 32),)
+
+
 def pack(bits):
-    """bool[...] -> uint32[ceil(n / 32)], bit i % 32 of word i // 32."""
+    """bool[...] -> the uint32 mask, bit i % 32 of word i // 32."""
     flat = bits.reshape(-1)
     flat = jnp.pad(flat, (0, -flat.size % 32)).reshape(-1, 32).astype(jnp.uint32)
-    return jnp.sum(flat << jnp.arange(32, dtype=jnp.uint32), axis=1, dtype=jnp.uint32)
+    words = jnp.sum(flat << jnp.arange(32, dtype=jnp.uint32), axis=1, dtype=jnp.uint32)
+    return words.reshape(mask_shape(bits.shape))
 
 
 def unpack(mask, shape):
     size = int(np.prod(shape, dtype=np.int64))
-    bits = (mask[:, None] >> jnp.arange(32, dtype=jnp.uint32)) & 1
+    bits = (mask.reshape(-1)[:, None] >> jnp.arange(32, dtype=jnp.uint32)) & 1
     return bits.reshape(-1)[:size].reshape(shape).astype(bool)
 
 
@@ -48,8 +60,27 @@ def prefer_kernel(node, platform: str) -> tuple[bool, str]:
     return False, "saves memory but costs 2-4% speed (set JGSESS_PREFER=memory to take it)"
 
 
-def _words(aval) -> int:
-    return -(-int(np.prod(aval.shape, dtype=np.int64)) // 32)
+def _factors(forward: bool):
+    """The mask splits with the activation where it keeps its leading dimensions."""
+
+    def factors(static, avals) -> Factors:
+        shape = avals[0 if forward else 1].shape
+        inputs = len(avals) if forward else len(avals) - 1
+        lead = dims("x", len(shape) - 1)
+        if len(mask_shape(shape)) == len(shape) and shape[-1] > 32:
+            x = (*lead, ("x_w", "x_bit"))
+            mask, sizes, replicated = (*lead, "x_w"), (("x_bit", 32),), ()
+        elif len(mask_shape(shape)) == len(shape):  # one word per row: the rows may split
+            x, mask = (*lead, "x_c"), (*lead, "x_w")
+            sizes, replicated = (), ("x_c", "x_w")
+        else:
+            x = dims("x", len(shape))
+            mask, sizes, replicated = ("mask",), (), (*x, "mask")
+        if forward:
+            return Factors((x,) * inputs, (x, mask), sizes, replicated)
+        return Factors((mask, *(x,) * inputs), (x,), sizes, replicated)
+
+    return factors
 
 
 FORWARD = KernelSpec(
@@ -57,9 +88,10 @@ FORWARD = KernelSpec(
     reference=forward,
     result_avals=lambda avals, static: [
         _compat.ShapedArray(avals[0].shape, avals[0].dtype),
-        _compat.ShapedArray((_words(avals[0]),), np.dtype(np.uint32)),
+        _compat.ShapedArray(mask_shape(avals[0].shape), np.dtype(np.uint32)),
     ],
     prefer_kernel=prefer_kernel,
+    factors=_factors(forward=True),
     doc="ReLU keeping a 1-bit mask for its backward",
 )
 
@@ -67,5 +99,6 @@ BACKWARD = KernelSpec(
     name="relu_mask_grad",
     reference=backward,
     result_avals=lambda avals, static: [_compat.ShapedArray(avals[1].shape, avals[1].dtype)],
+    factors=_factors(forward=False),
     doc="ReLU's backward from a 1-bit mask",
 )

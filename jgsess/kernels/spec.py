@@ -6,7 +6,9 @@ rule, and the test oracle. The primitive `jgsess_<name>`:
 
   abstract eval   from the reference (`jax.eval_shape`)
   lowering        XLA FFI custom call `jgsess_<name>` on platforms with a compiled kernel, with
-                  the in-place aliases the memory planner chose; the reference elsewhere
+                  the in-place aliases the memory planner chose; the reference elsewhere. In a
+                  program XLA partitions over several devices the call is wrapped in
+                  custom_partitioning with the spec's sharding rule (partition.py)
   jvp             primal through the primitive, tangent through `jax.jvp` of the reference
   batching        vmap of the reference
 
@@ -28,10 +30,10 @@ import numpy as np
 from jax.interpreters import ad, batching, mlir
 
 from .. import _compat
-from . import _native
+from . import _native, partition
 
 NODE_ONLY_PARAMS = frozenset({"impl"})
-PRIMITIVE_ONLY_PARAMS = frozenset({"aliases", "workspace"})
+PRIMITIVE_ONLY_PARAMS = frozenset({"aliases", "workspace", "local"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +57,10 @@ class KernelSpec:
         evaluation (the default traces the reference, slow for calls with many tensors).
       prefer_kernel: `(node, platform) -> (bool, reason)`, the cost model; the default always
         takes the kernel where one is compiled.
+      factors: `(static, operand avals) -> partition.Factors`, how the operands' and results'
+        dimensions line up: the sharding rule under which XLA partitions the kernel.
+      per_shard: `(bind, local operands, mesh axes per operand, params) -> results`, for
+        kernels whose factors include reductions: combines the per-shard partial results.
       doc: one line for reports.
     """
 
@@ -67,6 +73,8 @@ class KernelSpec:
     result_avals: Callable | None = None
     workspace: Callable | None = None
     prefer_kernel: Callable | None = None
+    factors: Callable | None = None
+    per_shard: Callable | None = None
     doc: str = ""
 
     is_kernel_spec = True
@@ -99,6 +107,7 @@ class KernelSpec:
         bound = {k: v for k, v in params.items() if k not in NODE_ONLY_PARAMS}
         bound.setdefault("aliases", ())
         bound.setdefault("workspace", None)
+        bound.setdefault("local", False)
         if bound["workspace"] is None:
             return list(self.primitive.bind(*operands, **bound)), arena
         *outs, arena = self.primitive.bind(arena, *operands, **bound)
@@ -154,6 +163,11 @@ def _make_primitive(spec: KernelSpec):
         return list(outs), [unmapped if a is None else a for a in out_axes]
 
     def ffi_rule(ctx, *args, **params):
+        how = "kernel" if params.get("local") else partition.how_to_lower(ctx)
+        if how == "partition":
+            return partition.lower(spec, ctx, args, params)
+        if how == "reference":
+            return mlir.lower_fun(reference, multiple_results=True)(ctx, *args, **params)
         aliases = dict(params["aliases"])
         attrs = spec.attrs(spec.static(params))
         if params.get("workspace"):
@@ -163,6 +177,7 @@ def _make_primitive(spec: KernelSpec):
         lowering = jax.ffi.ffi_lowering(spec.target, operand_output_aliases=aliases)
         return lowering(ctx, *args, **attrs)
 
+    _compat.require_devices_when_lowering(prim)  # its lowering may wrap custom_partitioning
     prim.def_abstract_eval(abstract_eval)
     prim.def_impl(impl)
     ad.primitive_jvps[prim] = jvp

@@ -4,17 +4,15 @@
     p2 m2 v2 = jgsess.adamw[flags=7] ...    ->   jgsess.adamw[flags=7, impl=kernel] ...
 
 XLA's code (the node's pure-JAX reference, traced inline so XLA fuses it with its neighbours) is
-chosen when the platform has no compiled kernel, when `JGSESS_KERNELS` turns the kernel off,
-when the spec's cost model says XLA is as fast, or when the program may be partitioned over
-several devices: the custom calls have no partitioning rule, so XLA would gather their operands
-onto every device and change the results' shardings.
+chosen when the platform has no compiled kernel, when `JGSESS_KERNELS` turns the kernel off, or
+when the spec's cost model says XLA is as fast. How many devices the process sees does not
+matter: a program partitioned over several devices runs each kernel per shard (its spec's
+sharding rule, kernels/partition.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import jax
 
 from .. import _compat, _config
 from ..ir.graph import Graph, Node
@@ -36,8 +34,6 @@ def available(spec, platform: str) -> tuple[bool, str]:
         return False, "JGSESS_KERNELS turns it off"
     if platform not in spec.platforms():
         return False, f"no compiled {platform} kernel"
-    if jax.device_count() > 1:
-        return False, f"{jax.device_count()} devices: the kernel has no partitioning rule"
     return True, ""
 
 
