@@ -1,10 +1,27 @@
-"""`jgsess.jit`: a drop-in for `jax.jit` that runs the session pipeline on the traced program."""
+"""`jgsess.jit`: a drop-in for `jax.jit` that runs the session pipeline on the traced program.
+
+`jgsess.jit(fun, **options)` returns `jax.jit(_Body(fun), **options)`: jax's own compiled
+function, so every option, attribute, cache and error is jax's. `_Body` runs inside jax.jit's
+trace: it traces `fun` to a jaxpr on jax.jit's tracers, optimizes it and evaluates the result.
+
+    jgsess.jit(f) -> PjitFunction(_Body(f)) + .report / .plain, __wrapped__ = f
+                                   |  one _Body per (f, donation), shared by every jgsess.jit(f)
+                                   v  so jax's trace and executable caches are shared too
+                     make_jaxpr(f)(*tracers) -> compile_jaxpr -> evaluate on the tracers
+
+The body holds `f` weakly (the jitted function holds it strongly): no reference cycles, and
+`f`'s closure is freed when the last jitted function of it goes.
+"""
 
 from __future__ import annotations
 
 import functools
+import gc
+import inspect
+import time
 import warnings
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable
 
 import jax
 
@@ -12,140 +29,233 @@ from . import _compat, _config
 from .report import Report
 from .session import Session, compile_jaxpr
 
+# jax.jit's parameters. jgsess reads the donation and static ones itself (to know which leaves
+# are donated); the others only concern jax.jit, which gets every option as given.
+_SIGNATURE = inspect.signature(jax.jit)
+READ = frozenset({"static_argnums", "static_argnames", "donate_argnums", "donate_argnames"})
+
 
 class JgsessFallbackWarning(RuntimeWarning):
     """The pipeline failed on a program; jgsess ran it as plain `jax.jit` would."""
 
 
-def _as_tuple(x) -> tuple:
-    if x is None:
-        return ()
+class _JittedType(type):
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(getattr(obj, "_jgsess_body", None), _Body)
+
+
+class Jitted(metaclass=_JittedType):
+    """What `jgsess.jit` returns: `jax.jit`'s compiled function, plus `report` and `plain`.
+
+    `isinstance(f, jgsess.Jitted)` tells a `jgsess.jit` function from a `jax.jit` one; both have
+    `lower`, `trace`, `eval_shape`, `clear_cache`, `__wrapped__` and bind as methods.
+    """
+
+
+def _index_tuple(x) -> tuple:
     return (x,) if isinstance(x, (int, str)) else tuple(x)
 
 
-class Jitted:
-    """A function compiled by `jgsess.jit`; call it as you would the `jax.jit` version."""
-
-    def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums):
-        functools.update_wrapper(self, fun)
-        self._fun = fun
-        self._static_argnums = _as_tuple(static_argnums)
-        self._static_argnames = _as_tuple(static_argnames)
-        self._donate_argnums = _as_tuple(donate_argnums)
-        self._warned = False
-        self._jitted = self._jax_jit(sink=None)
-
-    def _jax_jit(self, sink: list | None):
-        @functools.wraps(self._fun)
-        def body(*args, **kwargs):
-            return self._trace(args, kwargs, sink)
-
-        return jax.jit(body, **self._options())
-
-    def _options(self) -> dict:
-        return {
-            "static_argnums": self._static_argnums or None,
-            "static_argnames": self._static_argnames or None,
-            "donate_argnums": self._donate_argnums or None,
-        }
-
-    def _trace(self, args: tuple, kwargs: dict, sink: list | None):
-        """Runs inside jax.jit's trace: args hold tracers (dynamic) and Python values (static)."""
-        flat, treedef = jax.tree.flatten((args, kwargs))
-        dynamic = [i for i, leaf in enumerate(flat) if isinstance(leaf, jax.Array)]
-        donate = {i + len(args) if i < 0 else i for i in self._donate_argnums}
-        marks = (
-            tuple(jax.tree.map(lambda _, i=i: i in donate, a) for i, a in enumerate(args)),
-            jax.tree.map(lambda _: False, kwargs),
-        )
-        donated_leaves = jax.tree.leaves(marks)
-        donated = [bool(donated_leaves[i]) for i in dynamic]
-
-        def flat_fun(*values):
-            leaves = list(flat)
-            for i, value in zip(dynamic, values):
-                leaves[i] = value
-            a, k = jax.tree.unflatten(treedef, leaves)
-            return self._fun(*a, **k)
-
-        tracers = [flat[i] for i in dynamic]
-        closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*tracers)
-        name = getattr(self._fun, "__name__", "fun")
+def _donation(fun: Callable, options: dict) -> tuple[frozenset, frozenset]:
+    """Donated positions and keyword names, completed from the signature as jax.jit does:
+    given only numbers, the names follow, and the other way round."""
+    nums, names = options.get("donate_argnums"), options.get("donate_argnames")
+    if nums is None and names is None:
+        return frozenset(), frozenset()
+    nums = () if nums is None else _index_tuple(nums)
+    names = () if names is None else _index_tuple(names)
+    if options.get("donate_argnums") is None or options.get("donate_argnames") is None:
         try:
-            program, session = compile_jaxpr(closed, name=name, donated=donated)
+            params = list(inspect.signature(fun).parameters.values())
+        except (TypeError, ValueError):  # builtins: jax.jit takes numbers only, as is
+            params = []
+        either = [(i, p.name) for i, p in enumerate(params) if p.kind is p.POSITIONAL_OR_KEYWORD]
+        if options.get("donate_argnums") is None:
+            nums = tuple(i for i, name in either if name in names)
+        else:
+            names = tuple(name for i, name in either if i in nums)
+    return frozenset(nums), frozenset(names)
+
+
+class _Body:
+    """The function jax.jit traces: `fun`'s jaxpr, optimized, evaluated on jax.jit's tracers.
+
+    `__wrapped__` is `fun` (jax takes the signature, name and source line from it), held weakly.
+    """
+
+    def __init__(self, fun: Callable, donated: tuple[frozenset, frozenset], plan: bool = False):
+        try:
+            self._ref = weakref.ref(fun)
+        except TypeError:  # not weakly referenceable: held strongly, never cached
+            self._ref = lambda: fun
+        self._donate_nums, self._donate_names = donated
+        self._plan = plan  # compute the whole-program memory plan (report, dumps)
+        self._warned = plan  # a report states a fallback itself
+        self.sessions: list[Session] | None = [] if plan else None
+        self.__name__ = getattr(fun, "__name__", type(fun).__name__)
+        self.__qualname__ = getattr(fun, "__qualname__", self.__name__)
+        self.__module__ = getattr(fun, "__module__", None)
+        self.__doc__ = getattr(fun, "__doc__", None)
+
+    @property
+    def __wrapped__(self):
+        return self._ref()
+
+    def __repr__(self) -> str:  # jax's error messages name the user's function
+        return repr(self._ref())
+
+    def __call__(self, *args, **kwargs):
+        # the cycle collector is off while the program is traced and optimized: the pipeline
+        # makes many small objects, and the collections they triggered (each walking every
+        # object jax holds) took half its time on large programs
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            fun = self._ref()
+            flat, treedef = jax.tree.flatten((args, kwargs))
+            dynamic = [i for i, leaf in enumerate(flat) if isinstance(leaf, jax.Array)]
+            donated = self._donated(args, kwargs)
+            tracers = [flat[i] for i in dynamic]
+
+            def flat_fun(*values):
+                leaves = list(flat)
+                for i, value in zip(dynamic, values):
+                    leaves[i] = value
+                a, k = jax.tree.unflatten(treedef, leaves)
+                return fun(*a, **k)
+
+            start = time.perf_counter()
+            # jax explains cache misses of the traced function (this body, named as fun), not
+            # of the pipeline's own traces
+            with jax.explain_cache_misses(False):
+                closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*tracers)
+            closed, lifted = _lift_traced_consts(closed)
+            traced = time.perf_counter() - start
+            program, session = self._compile(
+                closed, [False] * len(lifted) + [donated[i] for i in dynamic]
+            )
+            session.seconds = {"trace": traced, **session.seconds}
+            jax.monitoring.record_event_duration_secs(
+                "/jgsess/pipeline_duration", sum(session.seconds.values())
+            )
+            if self.sessions is not None:
+                self.sessions.append(session)
+            outs = _compat.jaxpr_as_fun(program)(*lifted, *tracers)
+            return jax.tree.unflatten(jax.tree.structure(out_shape), outs)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _donated(self, args: tuple, kwargs: dict) -> list[bool]:
+        """Per leaf of (args, kwargs): whether it is donated."""
+        marks = (
+            [jax.tree.map(lambda _, i=i: i in self._donate_nums, a) for i, a in enumerate(args)],
+            {k: jax.tree.map(lambda _, k=k: k in self._donate_names, v) for k, v in kwargs.items()},
+        )
+        return [bool(m) for m in jax.tree.leaves(marks)]
+
+    def _compile(self, closed, donated: list[bool]):
+        """The optimized program and its Session; on a pipeline failure, `closed` itself."""
+        try:
+            with jax.explain_cache_misses(False):
+                return compile_jaxpr(closed, name=self.__name__, donated=donated, plan=self._plan)
         except Exception as err:  # noqa: BLE001 - any pipeline failure falls back
             if _config.strict():
                 raise
-            if not self._warned:
-                self._warned = True
-                warnings.warn(
-                    f"jgsess: the pipeline failed on {name} ({type(err).__name__}: {err}); "
-                    "running it as plain jax.jit",
-                    JgsessFallbackWarning,
-                    stacklevel=4,
-                )
-            program = closed
-            session = Session(name, jax.default_backend(), fallback=f"{type(err).__name__}: {err}")
-        if sink is not None:
-            sink.append(session)
-        outs = _compat.jaxpr_as_fun(program)(*tracers)
-        return jax.tree.unflatten(jax.tree.structure(out_shape), outs)
+            self._fall_back(err)
+            fallback = f"{type(err).__name__}: {err}"
+            return closed, Session(self.__name__, jax.default_backend(), fallback=fallback)
 
-    def __call__(self, *args, **kwargs):
-        return self._jitted(*args, **kwargs)
-
-    def plain(self):
-        """`jax.jit` of the same function with the same options: the baseline jgsess must match."""
-        return jax.jit(self._fun, **self._options())
-
-    def lower(self, *args, **kwargs):
-        """As `jax.jit(f).lower`: `lower(...).as_text()` shows the `jgsess_*` custom calls."""
-        return self._jitted.lower(*args, **kwargs)
-
-    def trace(self, *args, **kwargs):
-        return self._jitted.trace(*args, **kwargs)
-
-    def report(self, *args, **kwargs) -> Report:
-        """What the pipeline did for these arguments: passes, fusions, kernels, memory."""
-        sink: list[Session] = []
-        jitted = self._jax_jit(sink)
-        jitted.trace(*args, **kwargs)
-        return Report(sink[-1], self, args, kwargs)
+    def _fall_back(self, err: Exception) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(
+            f"jgsess: the pipeline failed on {self.__name__} ({type(err).__name__}: {err}); "
+            "running it as plain jax.jit",
+            JgsessFallbackWarning,
+            stacklevel=3,
+        )
 
 
-def jit(
-    fun: Callable | None = None,
-    *,
-    static_argnums: int | Sequence[int] | None = None,
-    static_argnames: str | Sequence[str] | None = None,
-    donate_argnums: int | Sequence[int] | None = None,
-):
+def _lift_traced_consts(closed):
+    """Constants that are tracers of an enclosing trace (values `fun` closes over under an outer
+    grad, vmap or jit) become leading inputs: passes only ever see concrete constants."""
+    traced = [isinstance(c, _compat.Tracer) for c in closed.consts]
+    if not any(traced):
+        return closed, []
+    jaxpr = closed.jaxpr
+    keep = [(v, c) for v, c, t in zip(jaxpr.constvars, closed.consts, traced) if not t]
+    lift = [(v, c) for v, c, t in zip(jaxpr.constvars, closed.consts, traced) if t]
+    new = jaxpr.replace(
+        constvars=[v for v, _ in keep], invars=[v for v, _ in lift] + list(jaxpr.invars)
+    )
+    return _compat.ClosedJaxpr(new, [c for _, c in keep]), [c for _, c in lift]
+
+
+# fun -> {(donated positions, donated names): its _Body}; the body holds fun weakly
+_BODIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _body(fun: Callable, donated: tuple[frozenset, frozenset]) -> _Body:
+    try:
+        bodies = _BODIES.setdefault(fun, {})
+    except TypeError:  # not hashable or not weakly referenceable
+        return _Body(fun, donated)
+    if donated not in bodies:
+        bodies[donated] = _Body(fun, donated)
+    return bodies[donated]
+
+
+def jit(fun=_SIGNATURE.parameters["fun"].default, /, **options):
     """Compile `fun` like `jax.jit`, after running MindSpore's GPU-session passes over it.
 
-    The function is traced to a jaxpr once per input signature, turned into a kernel graph,
-    rewritten (canonicalization, cast/transpose cleanups, fused optimizer updates, ...), given a
-    compiled kernel or XLA's own code for each fused node, and handed to XLA. Results equal
-    `jax.jit(fun)`'s; if the pipeline fails, jgsess warns once and runs `jax.jit(fun)`.
+    Takes exactly `jax.jit`'s arguments, with their meaning (`static_argnums`,
+    `donate_argnums`, `in_shardings`, `keep_unused`, `compiler_options`, ...), and returns
+    `jax.jit`'s own kind of function: `lower`, `trace`, `eval_shape`, `clear_cache`, method
+    binding, caches and errors are jax's. Each input signature is traced once to a jaxpr,
+    turned into a kernel graph, rewritten (canonicalization, cast/transpose cleanups, fused
+    optimizer updates, ...), given a compiled kernel or XLA's own code for each fused node, and
+    handed to XLA. Results equal `jax.jit(fun)`'s; if the pipeline fails, jgsess warns once
+    (`JgsessFallbackWarning`) and runs `fun` as `jax.jit` would.
 
     Args:
-      fun: the function to compile; pytrees and keyword arguments as with `jax.jit`.
-      static_argnums, static_argnames: arguments treated as compile-time constants.
-      donate_argnums: arguments whose buffers the computation may reuse; fused optimizer
-        updates then write parameters and state in place.
+      fun: the function to compile. Leave it out to get a decorator.
+      **options: any keyword argument of `jax.jit`. `donate_argnums`/`donate_argnames` also
+        let fused optimizer updates write parameters and state in place.
 
     Returns:
-      A callable with `.lower(*args)`, `.trace(*args)` and `.report(*args)`.
+      `jax.jit`'s compiled function with two more methods: `report(*args)` (what the pipeline
+      did for these arguments) and `plain()` (`jax.jit(fun, **options)`, the baseline).
 
     Example:
       >>> step = jgsess.jit(train_step, donate_argnums=(0, 1))
       >>> params, opt_state = step(params, opt_state, batch)
       >>> print(step.report(params, opt_state, batch))
     """
-    if fun is None:
-        return functools.partial(
-            jit,
-            static_argnums=static_argnums,
-            static_argnames=static_argnames,
-            donate_argnums=donate_argnums,
-        )
-    return Jitted(fun, static_argnums, static_argnames, donate_argnums)
+    if fun is _SIGNATURE.parameters["fun"].default:
+        _SIGNATURE.bind_partial(**options)  # jax's TypeError for a keyword jax.jit does not take
+        return functools.partial(jit, **options)
+    with warnings.catch_warnings():  # jax.jit's errors for a bad function or bad options;
+        warnings.simplefilter("ignore")  # its warnings come once, from the jax.jit below
+        plain = jax.jit(fun, **options)
+    donated = _donation(fun, options)
+    body = _body(fun, donated)
+    jitted = jax.jit(body, **options)
+    jitted.__wrapped__ = fun
+    jitted._jgsess_body = body
+    jitted.plain = lambda: plain
+    jitted.plain.__doc__ = "`jax.jit` of the same function and options: the baseline."
+    jitted.report = functools.partial(_report, fun, donated, options, plain)
+    return jitted
+
+
+jit.__signature__ = _SIGNATURE.replace(return_annotation="jax.jit's compiled function")
+
+
+def _report(fun, donated, options, plain, *args, **kwargs) -> Report:
+    """What the pipeline did for these arguments: passes, fusions, kernels, memory, times."""
+    body = _Body(fun, donated, plan=True)
+    fused = jax.jit(body, **options)
+    fused.trace(*args, **kwargs)
+    return Report(body.sessions[-1], fused, plain, args, kwargs)

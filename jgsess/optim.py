@@ -1,8 +1,9 @@
 """Fused optimizers: optax transformations whose update runs as one multi-tensor kernel call.
 
-`adamw`, `adam` and `sgd` take optax's arguments and return `optax.GradientTransformation`s
-with optax's state, numerically equal to optax's: their update is optax's own, compiled by
-`jgsess.jit`, whose passes turn the per-parameter updates into one multi-tensor kernel.
+`adamw`, `adam` and `sgd` take exactly optax's arguments and return
+`optax.GradientTransformationExtraArgs` with optax's state, numerically equal to optax's:
+their update is optax's own, compiled by `jgsess.jit`, whose passes turn the per-parameter
+updates into one multi-tensor kernel. They take and ignore optax's extra update arguments.
 `adam_weight_decay` and `momentum` are MindSpore's `nn.AdamWeightDecay` and `nn.Momentum`.
 
 `fused_step(tx)` goes one step further: `(params, grads, state) -> (params, state)` with the
@@ -58,15 +59,18 @@ def check_trees(name: str, grads, params) -> None:
             )
 
 
-def _fused(name: str, inner: optax.GradientTransformation) -> optax.GradientTransformation:
+def _fused(name: str, inner: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
     compiled = jit(inner.update)
 
     @functools.wraps(inner.update)
-    def update(updates, state, params=None):
+    def update(updates, state, params=None, **extra_args):
+        # optax's update takes extra arguments (value, grad, ...); these transformations ignore
+        # them, as optax's own do
+        del extra_args
         check_trees(name, updates, params)
         return compiled(updates, state, params)
 
-    return optax.GradientTransformation(inner.init, update)
+    return optax.GradientTransformationExtraArgs(inner.init, update)
 
 
 def adamw(
@@ -75,22 +79,30 @@ def adamw(
     b2: float = 0.999,
     eps: float = 1e-8,
     eps_root: float = 0.0,
-    weight_decay: float = 1e-4,
+    mu_dtype=None,
+    weight_decay: ScalarOrSchedule = 1e-4,
     mask=None,
-) -> optax.GradientTransformation:
-    """AdamW as `optax.adamw` (same arguments, state and numbers), fused.
+    *,
+    nesterov: bool = False,
+) -> optax.GradientTransformationExtraArgs:
+    """AdamW as `optax.adamw` (same arguments in the same order, state and numbers), fused.
 
     Args:
       learning_rate: a float, or a schedule `step -> learning rate`.
       b1, b2: decay rates of the first and second moments.
       eps, eps_root: added outside and inside the square root of the second moment.
+      mu_dtype: dtype of the first moment (None: the parameters'). The kernels keep f32 state;
+        with another dtype the update runs as XLA's code.
       weight_decay: decoupled weight decay, multiplied by the learning rate.
       mask: a tree of bools (or a function of the params giving one): where to decay.
+      nesterov: Nesterov momentum (runs as XLA's code: no kernel computes it).
 
     Returns:
-      An `optax.GradientTransformation`.
+      An `optax.GradientTransformationExtraArgs`, as `optax.adamw`.
     """
-    inner = optax.adamw(learning_rate, b1, b2, eps, eps_root, weight_decay=weight_decay, mask=mask)
+    inner = optax.adamw(
+        learning_rate, b1, b2, eps, eps_root, mu_dtype, weight_decay, mask, nesterov=nesterov
+    )
     return _fused("jgsess.optim.adamw", inner)
 
 
@@ -100,16 +112,25 @@ def adam(
     b2: float = 0.999,
     eps: float = 1e-8,
     eps_root: float = 0.0,
-) -> optax.GradientTransformation:
-    """Adam as `optax.adam` (same arguments, state and numbers), fused."""
-    return _fused("jgsess.optim.adam", optax.adam(learning_rate, b1, b2, eps, eps_root))
+    mu_dtype=None,
+    *,
+    nesterov: bool = False,
+) -> optax.GradientTransformationExtraArgs:
+    """Adam as `optax.adam` (same arguments, state and numbers), fused; see `adamw`."""
+    inner = optax.adam(learning_rate, b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov)
+    return _fused("jgsess.optim.adam", inner)
 
 
 def sgd(
-    learning_rate: ScalarOrSchedule, momentum: float | None = None, nesterov: bool = False
-) -> optax.GradientTransformation:
-    """SGD as `optax.sgd`; with `momentum` (and `nesterov`) the update is fused."""
-    return _fused("jgsess.optim.sgd", optax.sgd(learning_rate, momentum, nesterov))
+    learning_rate: ScalarOrSchedule,
+    momentum: float | None = None,
+    nesterov: bool = False,
+    accumulator_dtype=None,
+) -> optax.GradientTransformationExtraArgs:
+    """SGD as `optax.sgd` (same arguments, state and numbers); with `momentum` (and
+    `nesterov`) the update is fused. `accumulator_dtype` other than f32 runs as XLA's code."""
+    inner = optax.sgd(learning_rate, momentum, nesterov, accumulator_dtype)
+    return _fused("jgsess.optim.sgd", inner)
 
 
 class AdamWeightDecayState(NamedTuple):
@@ -137,7 +158,7 @@ def adam_weight_decay(
     beta2: float = 0.999,
     eps: float = 1e-6,
     weight_decay: float = 0.0,
-) -> optax.GradientTransformation:
+) -> optax.GradientTransformationExtraArgs:
     """MindSpore's `nn.AdamWeightDecay`: Adam without bias correction, eps outside the root.
 
         m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2
@@ -180,7 +201,7 @@ def momentum(
     momentum: float,
     weight_decay: float = 0.0,
     loss_scale: float = 1.0,
-) -> optax.GradientTransformation:
+) -> optax.GradientTransformationExtraArgs:
     """MindSpore's `nn.Momentum` with weight decay and a loss scale [ApplyMomentum...Fusion].
 
         g~ = (p*weight_decay + g) / loss_scale;  acc = momentum*acc + g~;  update = -lr*acc

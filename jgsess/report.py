@@ -70,6 +70,7 @@ class Report:
 
     session: object
     jitted: object = field(repr=False, default=None)
+    plain: object = field(repr=False, default=None)  # jax.jit of the same function
     args: tuple = field(repr=False, default=())
     kwargs: dict = field(repr=False, default_factory=dict)
 
@@ -90,12 +91,17 @@ class Report:
     def fallback(self) -> str | None:
         return self.session.fallback
 
+    @property
+    def pipeline_seconds(self) -> dict[str, float]:
+        """The pipeline's own time: "trace" (fun to a jaxpr), "passes", "emit" (back to one)."""
+        return dict(self.session.seconds)
+
     @functools.cached_property
     def memory(self) -> MemoryReport:
         """The memory plan and XLA's memory analysis of jgsess's and jax.jit's programs (this
         compiles both)."""
         fused = xla_memory(self.jitted.lower(*self.args, **self.kwargs).compile())
-        plain = xla_memory(self.jitted.plain().lower(*self.args, **self.kwargs).compile())
+        plain = xla_memory(self.plain.lower(*self.args, **self.kwargs).compile())
         return MemoryReport(self.session.notes.get("memory_plan"), fused, plain)
 
     def donation_hint(self) -> str | None:
@@ -118,6 +124,8 @@ class Report:
             for r in s.records
         ]
         out += ["", table(["pass", "time", "rewrites"], rows)]
+        times = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in s.seconds.items())
+        out += ["", f"pipeline time: {sum(s.seconds.values()) * 1e3:.1f} ms ({times})"]
         fusions = self.fusions
         if fusions:
             out += ["", table(["fusion", "count"], sorted(fusions.items()))]

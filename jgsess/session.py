@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from dataclasses import dataclass, field
 
 import jax
@@ -31,10 +32,16 @@ class Session:
     notes: dict = field(default_factory=dict)
     fallback: str | None = None
     graph: str = ""
+    # the pipeline's own time: "trace" (to a jaxpr), "passes", "emit" (back to a jaxpr)
+    seconds: dict = field(default_factory=dict)
 
 
-def compile_jaxpr(closed, *, name: str, donated, platform: str | None = None):
-    """Optimize `closed`; returns (optimized ClosedJaxpr, Session). Raises on pipeline failure."""
+def compile_jaxpr(closed, *, name: str, donated, platform: str | None = None, plan: bool = False):
+    """Optimize `closed`; returns (optimized ClosedJaxpr, Session). Raises on pipeline failure.
+
+    `plan` asks for the whole-program memory plan (for the report; `JGSESS_DUMP` asks too).
+    """
+    start = time.perf_counter()
     platform = platform or jax.default_backend()
     graph = from_jaxpr(closed)
     graph.donated = list(donated)
@@ -43,8 +50,19 @@ def compile_jaxpr(closed, *, name: str, donated, platform: str | None = None):
         platform=platform,
         verify=_config.verify(),
         dump_dir=os.path.join(dump, f"{name}-{next(_dump_counter)}") if dump else None,
+        plan=plan or bool(dump),
     )
     records = run_pipeline(graph, default_pipeline(), ctx)
+    emitting = time.perf_counter()
     optimized = to_closed_jaxpr(graph)
-    session = Session(name, platform, records, ctx.notes, None, graph_text(graph))
+    done = time.perf_counter()
+    session = Session(
+        name,
+        platform,
+        records,
+        ctx.notes,
+        None,
+        graph_text(graph) if plan else "",
+        {"passes": emitting - start, "emit": done - emitting},
+    )
     return optimized, session

@@ -1,8 +1,9 @@
 """The compiled kernels (`jgsess._C`): which FFI targets exist, for which platforms.
 
-Targets are registered with `jax.ffi.register_ffi_target` once, the first time a kernel's
-primitive is made. Without the extension (a source checkout that was never built) every fused
-node runs its pure-JAX reference.
+Every target is registered with `jax.ffi.register_ffi_target` when jgsess is imported, so a
+program carrying `jgsess_*` custom calls (a deserialized `jax.export` artifact, say) runs in any
+process that has imported jgsess. Without the extension (a source checkout that was never
+built) every fused node runs its pure-JAX reference.
 """
 
 from __future__ import annotations
@@ -45,3 +46,6 @@ def targets() -> dict[str, frozenset[str]]:
             lowered.add(_LOWERING_PLATFORM[platform])
         found[name] = frozenset(lowered)
     return found
+
+
+targets()  # register every FFI target at import

@@ -6,7 +6,8 @@ rule, and the test oracle. The primitive `jgsess_<name>`:
 
   abstract eval   from the reference (`jax.eval_shape`)
   lowering        XLA FFI custom call `jgsess_<name>` on platforms with a compiled kernel, with
-                  the in-place aliases the memory planner chose; the reference elsewhere. In a
+                  the in-place aliases the memory planner chose; the reference elsewhere and
+                  under `jax.export` (portable artifacts, no jgsess needed to run them). In a
                   program XLA partitions over several devices the call is wrapped in
                   custom_partitioning with the spec's sharding rule (partition.py)
   jvp             primal through the primitive, tangent through `jax.jvp` of the reference
@@ -119,6 +120,12 @@ def _split(args, params) -> tuple[object, tuple]:
     return (args[0], tuple(args[1:])) if params.get("workspace") else (None, tuple(args))
 
 
+def _exporting(ctx) -> bool:
+    """True while `jax.export` lowers: its artifacts must not depend on jgsess's kernels."""
+    params = getattr(ctx.module_context, "lowering_parameters", None)
+    return bool(getattr(params, "for_export", False))
+
+
 def _make_primitive(spec: KernelSpec):
     prim = _compat.Primitive(spec.target)
     prim.multiple_results = True
@@ -162,12 +169,16 @@ def _make_primitive(spec: KernelSpec):
         outs = jax.vmap(functools.partial(reference, **params), in_axes, out_axes)(*args)
         return list(outs), [unmapped if a is None else a for a in out_axes]
 
+    reference_rule = mlir.lower_fun(reference, multiple_results=True)
+
     def ffi_rule(ctx, *args, **params):
+        if _exporting(ctx):  # jax.export: the reference, so the artifact runs anywhere
+            return reference_rule(ctx, *args, **params)
         how = "kernel" if params.get("local") else partition.how_to_lower(ctx)
         if how == "partition":
             return partition.lower(spec, ctx, args, params)
         if how == "reference":
-            return mlir.lower_fun(reference, multiple_results=True)(ctx, *args, **params)
+            return reference_rule(ctx, *args, **params)
         aliases = dict(params["aliases"])
         attrs = spec.attrs(spec.static(params))
         if params.get("workspace"):
@@ -182,7 +193,7 @@ def _make_primitive(spec: KernelSpec):
     prim.def_impl(impl)
     ad.primitive_jvps[prim] = jvp
     batching.primitive_batchers[prim] = batch
-    mlir.register_lowering(prim, mlir.lower_fun(reference, multiple_results=True))
+    mlir.register_lowering(prim, reference_rule)
     for platform in spec.platforms():
         mlir.register_lowering(prim, ffi_rule, platform=platform)
     return prim

@@ -9,7 +9,8 @@ goes and the weak-type convert moves below the neg, so the same `sub p (mul lr u
 
 Every rule is exact in IEEE arithmetic (signed zeros and NaNs included): a fusion may then match
 the canonical form without changing a single bit of what the program computes. Rules that
-change signs apply to floating-point values only.
+change signs apply to real floating-point values only (never to complex ones, whose products mix
+real and imaginary parts).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ _BINARY = ("add", "sub", "mul", "div", "max", "min")
 
 
 def _floating(value: Value) -> bool:
-    return value.dtype is not None and np.issubdtype(value.dtype, np.inexact)
+    # real floating point only: complex products mix the parts, so sign rules are not exact
+    return value.dtype is not None and np.issubdtype(value.dtype, np.floating)
 
 
 def _new(graph: Graph, m: Match, name: str, *inputs: Value) -> Value:

@@ -40,6 +40,8 @@ class Context:
     platform: str = "cpu"
     verify: bool = False
     dump_dir: str | None = None
+    # compute the whole-program memory plan (only the report and dumps read it)
+    plan: bool = False
     # facts passes record for the report: fusions, kernel choices, the memory plan, hints
     notes: dict = field(default_factory=dict)
 

@@ -6,8 +6,8 @@
 
 Every kernel gets the in-place pairs it may use (with `donate_argnums` covering params and
 optimizer state, the update then runs in place); kernels with scratch get their offset in the
-program's one workspace arena; the whole graph gets a memory plan, kept for the report and
-written to JGSESS_DUMP (JSON and a PNG timeline).
+program's one workspace arena. The whole graph's memory plan changes nothing in the program, so
+it is computed only when asked for: by the report, and for JGSESS_DUMP (JSON, a PNG timeline).
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ def run(graph: Graph, ctx: Context) -> int:
     count = sum(_aliases(g, ctx) for g in graph.walk())
     for g in graph.walk():
         _workspaces(g)
+    if not ctx.plan:
+        return count
     plan = plan_memory(graph)
     ctx.notes["memory_plan"] = plan
     if ctx.dump_dir:

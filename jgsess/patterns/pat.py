@@ -51,7 +51,8 @@ class Lit(Pattern):
 
     def accepts(self, value) -> bool:
         number = value.scalar_value()
-        if number is None or number != self.value:
+        # a complex constant is never a real literal: (1+0j) * x is not x when x holds an inf
+        if number is None or isinstance(number, complex) or number != self.value:
             return False
         # 0.0 and -0.0 compare equal but are different literals
         return math.copysign(1.0, number) == math.copysign(1.0, self.value)

@@ -1,0 +1,232 @@
+"""Compile-time benchmark: time to first result, jax.jit vs jgsess.jit, 10 to 2,000 leaves.
+
+Workloads:
+
+  adamw-N    optax.adamw's update and apply_updates over N parameter leaves of mixed small
+             shapes (N = 10, 100, 500, 1000, 2000); the fusions fire
+  mlp-N      a flax MLP train step (loss, grad, adamw) with N parameter leaves
+  cnn-N      a flax CNN train step (conv, BatchNorm, ReLU, adamw) with N parameter leaves
+
+Each round jits a new function object under each compiler (so no cache is shared), calls it
+once and waits for the result; the two run interleaved, round after round, in one process, and
+each reports its median. For jgsess it also reports the pipeline's own time (trace to a jaxpr,
+passes, emission: the `/jgsess/pipeline_duration` event) and XLA's compile time (jax's
+`/jax/core/compile/backend_compile_duration` event).
+
+    python benchmarks/compile_time.py [--rounds 3] [--only adamw-10,mlp-20] [--chart PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import jgsess
+
+EVENTS = {
+    "/jgsess/pipeline_duration": "pipeline",
+    "/jax/core/compile/backend_compile_duration": "xla",
+}
+
+
+def adamw_step(leaves: int):
+    rng = np.random.default_rng(leaves)
+    shapes = [(int(rng.integers(1, 64)), int(rng.integers(1, 17))) for _ in range(leaves)]
+    params = {
+        f"p{i:04d}": jnp.asarray(rng.standard_normal(s), jnp.float32) for i, s in enumerate(shapes)
+    }
+    grads = jax.tree.map(lambda p: p * 0.01, params)
+    opt = optax.adamw(1e-3, weight_decay=1e-4)
+
+    def step(params, state, grads):
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    return step, (params, opt.init(params), grads)
+
+
+def _train_step(model, variables, x, y, mutable: bool):
+    opt = optax.adamw(1e-3)
+    state = opt.init(variables["params"])
+
+    def step(variables, state, x, y):
+        def loss(params):
+            inputs = {**variables, "params": params}
+            if mutable:
+                logits, new = model.apply(inputs, x, mutable=["batch_stats"])
+            else:
+                logits, new = model.apply(inputs, x), {}
+            one_hot = jax.nn.one_hot(y, logits.shape[-1])
+            return optax.softmax_cross_entropy(logits, one_hot).mean(), new
+
+        (_, new), grads = jax.value_and_grad(loss, has_aux=True)(variables["params"])
+        updates, state = opt.update(grads, state, variables["params"])
+        params = optax.apply_updates(variables["params"], updates)
+        return {**variables, **new, "params": params}, state
+
+    return step, (variables, state, x, y)
+
+
+class MLP(nn.Module):
+    depth: int
+
+    @nn.compact
+    def __call__(self, x):
+        for _ in range(self.depth):
+            x = nn.relu(nn.Dense(64)(x))
+        return nn.Dense(10)(x)
+
+
+class CNN(nn.Module):
+    blocks: int
+
+    @nn.compact
+    def __call__(self, x):
+        for _ in range(self.blocks):
+            x = nn.Conv(16, (3, 3), use_bias=False)(x)
+            x = nn.relu(nn.BatchNorm(use_running_average=False)(x))
+        return nn.Dense(10)(x.mean(axis=(1, 2)))
+
+
+def mlp_step(leaves: int):
+    model = MLP(depth=leaves // 2 - 1)
+    x, y = jnp.ones((32, 64)), jnp.arange(32) % 10
+    return _train_step(model, model.init(jax.random.PRNGKey(0), x), x, y, mutable=False)
+
+
+def cnn_step(leaves: int):
+    model = CNN(blocks=(leaves - 2) // 3)
+    x, y = jnp.ones((8, 16, 16, 3)), jnp.arange(8) % 10
+    return _train_step(model, model.init(jax.random.PRNGKey(0), x), x, y, mutable=True)
+
+
+WORKLOADS = {
+    **{f"adamw-{n}": (adamw_step, n) for n in (10, 100, 500, 1000, 2000)},
+    "mlp-20": (mlp_step, 20),
+    "mlp-200": (mlp_step, 200),
+    "cnn-32": (cnn_step, 32),
+    "cnn-302": (cnn_step, 302),
+}
+
+
+def first_call(make, step, args, events: dict) -> dict:
+    events.clear()
+    fresh = make(lambda *a: step(*a))  # a new function object: nothing cached
+    start = time.perf_counter()
+    jax.block_until_ready(fresh(*args))
+    seconds = time.perf_counter() - start
+    return {"first": seconds, **{k: sum(v) for k, v in events.items()}}
+
+
+def measure(name: str, rounds: int) -> dict:
+    build, n = WORKLOADS[name]
+    step, args = build(n)
+    events: dict[str, list[float]] = {}
+
+    def listener(event, duration, **kwargs):
+        if event in EVENTS:
+            events.setdefault(EVENTS[event], []).append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    runs: dict[str, list[dict]] = {"jax": [], "jgsess": []}
+    try:
+        for _ in range(rounds):
+            runs["jax"].append(first_call(jax.jit, step, args, events))
+            runs["jgsess"].append(first_call(jgsess.jit, step, args, events))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+    def median(variant: str, key: str) -> float:
+        return statistics.median(r.get(key, 0.0) for r in runs[variant])
+
+    leaves = len(jax.tree.leaves(args[0]["params"] if "params" in args[0] else args[0]))
+    return {
+        "workload": name,
+        "leaves": leaves,
+        "jax": median("jax", "first"),
+        "jgsess": median("jgsess", "first"),
+        "ratio": statistics.median(
+            b["first"] / a["first"] for a, b in zip(runs["jax"], runs["jgsess"])
+        ),
+        "pipeline": median("jgsess", "pipeline"),
+        "xla_jax": median("jax", "xla"),
+        "xla_jgsess": median("jgsess", "xla"),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    head = (
+        "| workload | leaves | jax.jit first call | jgsess.jit first call | ratio | "
+        "jgsess pipeline | XLA compile (jgsess) | pipeline / XLA |"
+    )
+    out = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(
+            f"| {r['workload']} | {r['leaves']} | {r['jax']:.2f} s | {r['jgsess']:.2f} s | "
+            f"{r['ratio']:.2f}x | {r['pipeline']:.2f} s | {r['xla_jgsess']:.2f} s | "
+            f"{r['pipeline'] / max(r['xla_jgsess'], 1e-9):.0%} |"
+        )
+    return "\n".join(out)
+
+
+def chart(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, prefix in zip(axes, ("adamw-", ("mlp-", "cnn-"))):
+        picked = [r for r in rows if r["workload"].startswith(prefix)]
+        if not picked:
+            continue
+        labels = [r["workload"] for r in picked]
+        at = np.arange(len(picked))
+        ax.bar(at - 0.27, [r["jax"] for r in picked], 0.27, label="jax.jit first call")
+        ax.bar(at, [r["jgsess"] for r in picked], 0.27, label="jgsess.jit first call")
+        ax.bar(at + 0.27, [r["pipeline"] for r in picked], 0.27, label="jgsess pipeline")
+        ax.set_xticks(at, labels)
+        ax.set_ylabel("seconds")
+        ax.legend(fontsize=8)
+    axes[0].set_title("optimizer step (optax.adamw), by leaves")
+    axes[1].set_title("flax train steps")
+    fig.suptitle(f"time to first result, {jax.default_backend()} ({os.cpu_count()} cores)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default=",".join(WORKLOADS))
+    parser.add_argument("--chart", default="benchmarks/results/compile_time.png")
+    args = parser.parse_args()
+    jgsess.jit(lambda x: x + 1)(1.0)  # import-time work (pattern tracing) out of the way
+    rows = []
+    for name in args.only.split(","):
+        rows.append(measure(name, args.rounds))
+        r = rows[-1]
+        print(
+            f"{name}: jax {r['jax']:.2f} s, jgsess {r['jgsess']:.2f} s ({r['ratio']:.2f}x), "
+            f"pipeline {r['pipeline']:.2f} s, XLA {r['xla_jgsess']:.2f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(table(rows))
+    os.makedirs(os.path.dirname(args.chart) or ".", exist_ok=True)
+    chart(rows, args.chart)
+    print(f"\nchart: {args.chart}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+"""jgsess.jit beside jax.jit: every keyword argument, attribute, cache and error, side by side."""
+
+import gc
+import inspect
+import logging
+import traceback
+import warnings
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jgsess
+from tests.helpers import assert_trees_close, rand
+
+# Every parameter of the installed jax.jit, each exercised below. A jax release that adds one
+# fails here first: check what it means under jgsess, add a test, then add it to this list.
+CHECKED = {
+    "fun": "test_non_callables_and_generators_are_rejected_alike",
+    "in_shardings": "test_shardings",
+    "out_shardings": "test_shardings",
+    "static_argnums": "test_explicit_empty_static_arguments_trace_everything",
+    "static_argnames": "test_explicit_empty_static_arguments_trace_everything",
+    "donate_argnums": "test_donation",
+    "donate_argnames": "test_donation",
+    "keep_unused": "test_keep_unused",
+    "device": "test_device_and_backend",
+    "backend": "test_device_and_backend",
+    "inline": "test_inline",
+    "compiler_options": "test_compiler_options",
+}
+
+
+def both(fun, **options):
+    return jax.jit(fun, **options), jgsess.jit(fun, **options)
+
+
+def test_the_signature_is_jax_jits():
+    theirs = inspect.signature(jax.jit).parameters
+    ours = inspect.signature(jgsess.jit).parameters
+    assert [(p.name, p.kind, p.default) for p in ours.values()] == [
+        (p.name, p.kind, p.default) for p in theirs.values()
+    ]
+    assert set(theirs) == set(CHECKED), "a jax.jit argument nobody has checked under jgsess"
+
+
+def test_unknown_keywords_raise_as_jax_does():
+    for fun in (lambda x: x, None):
+        args = () if fun is None else (fun,)
+        with pytest.raises(TypeError) as theirs:
+            jax.jit(*args, not_an_option=1)
+        with pytest.raises(TypeError) as ours:
+            jgsess.jit(*args, not_an_option=1)
+        assert "not_an_option" in str(theirs.value) and "not_an_option" in str(ours.value)
+
+
+def test_explicit_empty_static_arguments_trace_everything():
+    def g(x, n):
+        return x * n
+
+    x, n = rand((3,)), jnp.float32(2.0)
+    for options in ({"static_argnums": ()}, {"static_argnames": ()}):
+        plain, fused = both(g, **options)
+        assert_trees_close(fused(x, n), plain(x, n))
+        assert_trees_close(fused(x, n=n), plain(x, n=n))  # an array: it must be traced
+
+
+def test_static_arguments_inferred_from_names_and_numbers():
+    def g(x, n, *, mode="sin"):
+        return (jnp.sin(x) if mode == "sin" else jnp.cos(x)) * n
+
+    x = rand((4,))
+    for options in ({"static_argnums": 1}, {"static_argnames": "n"}):
+        plain, fused = both(g, **options)
+        assert_trees_close(fused(x, 3), plain(x, 3))
+        assert_trees_close(fused(x, n=4), plain(x, n=4))
+    plain, fused = both(g, static_argnames=("n", "mode"))
+    assert_trees_close(fused(x, 3, mode="cos"), plain(x, 3, mode="cos"))
+
+
+def test_donation():
+    def g(a, b):
+        return a * 2 + b, b - 1
+
+    for options in ({"donate_argnums": 0}, {"donate_argnames": "a"}, {"donate_argnames": "b"}):
+        for call in (lambda f, a, b: f(a, b), lambda f, a, b: f(a=a, b=b)):
+            deleted = []
+            for f in both(g, **options):
+                a, b = rand((8,)), rand((8,), 1)
+                call(f, a, b)
+                deleted.append((a.is_deleted(), b.is_deleted()))
+            assert deleted[0] == deleted[1], (options, deleted)
+            assert any(deleted[0]), options
+
+
+def test_shardings():
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    x = rand((4, 3))
+    plain, fused = both(lambda x: x.T @ x, in_shardings=sharding, out_shardings=sharding)
+    got, want = fused(x), plain(x)
+    assert_trees_close(got, want, rtol=1e-5)
+    assert got.sharding == want.sharding == sharding
+
+
+def test_keep_unused():
+    def g(x, unused):
+        return x + 1
+
+    x = rand((3,))
+    for keep in (False, True):
+        plain, fused = both(g, keep_unused=keep)
+        texts = [f.lower(x, x).as_text() for f in (plain, fused)]
+        assert [t.count("%arg1") > 0 for t in texts] == [keep, keep]
+
+
+def test_device_and_backend():
+    x = rand((3,))
+    for options in ({"backend": "cpu"}, {"device": jax.devices()[0]}):
+        outcomes = []
+        for make in (jax.jit, jgsess.jit):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out = make(jnp.sin, **options)(x)
+            outcomes.append(([type(w.message) for w in caught], out))
+        assert outcomes[0][0] == outcomes[1][0]  # the same deprecation warnings, or none
+        assert_trees_close(outcomes[1][1], outcomes[0][1])
+
+
+def test_inline():
+    for inline in (False, True):
+        jaxprs = [
+            jax.make_jaxpr(lambda x, f=f: f(x) + 1)(1.0) for f in both(jnp.sin, inline=inline)
+        ]
+        calls = [[e.primitive.name for e in j.eqns].count("jit") for j in jaxprs]
+        assert calls[0] == calls[1] == (0 if inline else 1)
+
+
+def test_compiler_options():
+    x = rand((3,))
+    plain, fused = both(jnp.sin, compiler_options={"xla_cpu_enable_fast_math": False})
+    assert_trees_close(fused(x), plain(x))
+    errors = []
+    for f in both(jnp.sin, compiler_options={"no_such_xla_option": 1}):
+        with pytest.raises(Exception) as err:
+            f(x)
+        errors.append(type(err.value))
+    assert errors[0] is errors[1]
+
+
+@pytest.mark.parametrize("fun", [3, "f"])
+def test_non_callables_and_generators_are_rejected_alike(fun):
+    def gen(x):
+        yield x
+
+    for bad in (fun, gen):
+        with pytest.raises(TypeError) as theirs:
+            jax.jit(bad)
+        with pytest.raises(TypeError) as ours:
+            jgsess.jit(bad)
+        assert str(ours.value) == str(theirs.value)
+
+
+def test_bad_static_argnums_raise_as_jax_does():
+    def g(x):
+        return x
+
+    with pytest.raises(ValueError) as theirs:
+        jax.jit(g, static_argnames="nope", donate_argnames="nope")
+    with pytest.raises(ValueError) as ours:
+        jgsess.jit(g, static_argnames="nope", donate_argnames="nope")
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_attributes_and_methods():
+    def g(x, y=2.0):
+        """Doc of g."""
+        return jnp.sin(x) * y
+
+    plain, fused = both(g)
+    x = rand((5,))
+    public = {a for a in dir(plain) if not a.startswith("__") or a == "__wrapped__"}
+    assert public <= set(dir(fused))
+    assert fused.__wrapped__ is g and fused.__name__ == "g" and fused.__doc__ == g.__doc__
+    assert inspect.signature(fused) == inspect.signature(g)
+    assert repr(fused) == repr(plain)
+    assert fused.eval_shape(x) == plain.eval_shape(x)
+    assert fused.trace(x).jaxpr.out_avals == plain.trace(x).jaxpr.out_avals
+    assert_trees_close(fused.lower(x).compile()(x), plain(x))
+    fused(x)
+    assert fused._cache_size() == 1
+    fused.clear_cache()
+    assert fused._cache_size() == 0
+    assert isinstance(fused, jgsess.Jitted) and not isinstance(plain, jgsess.Jitted)
+
+
+def test_methods_bind_self():
+    class Model:
+        def __init__(self, scale):
+            self.scale = scale
+
+        def __hash__(self):
+            return hash(self.scale)
+
+        def __eq__(self, other):
+            return self.scale == other.scale
+
+        def power(self, x, n):
+            return x**n * self.scale
+
+    x = rand((3,))
+    m = Model(3.0)
+    results = []
+    for make in (jax.jit, jgsess.jit):
+        Model.jitted = make(Model.power, static_argnums=(0, 2))
+        results.append((m.jitted(x, 2), Model.jitted(m, x, 3)))
+        assert Model.__dict__["jitted"].__get__(m, Model).__self__ is m
+    assert_trees_close(results[1], results[0])
+
+
+def test_jitting_a_function_twice_traces_it_once():
+    traces = []
+
+    def g(x):
+        traces.append(1)
+        return x + 1
+
+    counts = []
+    for make in (jax.jit, jgsess.jit):
+        traces.clear()
+        for _ in range(3):
+            make(g)(jnp.ones(3))
+        counts.append(len(traces))
+    assert counts == [1, 1]
+
+
+def test_trace_hooks_see_one_trace_as_with_jax_jit():
+    seen = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/jaxpr_trace_duration":
+            seen.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        counts = []
+        for make in (jax.jit, jgsess.jit, jax.jit, jgsess.jit):  # the second round is warm
+            seen.clear()
+            make(lambda x: jnp.cos(x) + 1)(jnp.ones(7))
+            counts.append(len(seen))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert counts[2] == counts[3] == 1
+
+
+def test_no_reference_cycle_keeps_closures_alive():
+    class Payload:
+        pass
+
+    def make():
+        payload = Payload()
+        payload.value = jnp.ones(3)
+
+        def g(x):
+            return x + payload.value
+
+        return g, weakref.ref(payload)
+
+    for make_jit in (jax.jit, jgsess.jit):
+        g, ref = make()
+        f = make_jit(g)
+        f(jnp.ones(3))
+        gc.disable()
+        try:
+            del f, g
+            assert ref() is None, make_jit  # freed by reference counting alone
+        finally:
+            gc.enable()
+
+
+def test_leaked_tracers_are_rejected_alike():
+    outcomes = []
+    for make in (jax.jit, jgsess.jit):
+        leaked = []
+
+        def leak(x, leaked=leaked):
+            leaked.append(x)
+            return x
+
+        make(leak)(jnp.ones(2))
+        with pytest.raises(Exception) as err:
+            make(lambda y, leaked=leaked: y + leaked[0])(jnp.ones(2))
+        outcomes.append(type(err.value))
+    assert outcomes[0] is outcomes[1]
+
+
+def _frames(make) -> int:
+    def bad(x):
+        return x @ jnp.ones((5, 5))  # shapes do not match
+
+    try:
+        make(bad)(jnp.ones(3))
+    except TypeError as err:
+        return len(traceback.extract_tb(err.__traceback__))
+    raise AssertionError("no error")
+
+
+def test_tracebacks_stay_short():
+    assert _frames(jgsess.jit) <= _frames(jax.jit) + 2  # _Body.__call__ and the flat function
+
+
+def test_explain_cache_misses_names_the_users_function(caplog):
+    def users_step(x):
+        return x * 3
+
+    f = jgsess.jit(users_step)
+    with jax.explain_cache_misses(True), caplog.at_level(logging.WARNING):
+        f(jnp.ones(2))
+        f(jnp.ones(3))
+    text = caplog.text
+    assert "users_step" in text and "test_jit_parity.py" in text
+    assert "_api.py" not in text
+
+
+def test_decorator_without_arguments_and_with():
+    @jgsess.jit
+    def a(x):
+        return x + 1
+
+    @jgsess.jit(donate_argnums=0)
+    def b(x):
+        return x + 1
+
+    x = rand((2,))
+    assert_trees_close(a(x), x + 1)
+    assert_trees_close(b(jnp.array(x)), x + 1)
+
+
+def test_numpy_and_python_scalars_and_weak_types():
+    plain, fused = both(lambda x, s: x * s + 1)
+    for args in ((np.ones(3, np.float32), 2.0), (3, 4), (jnp.ones(2), jnp.int32(3))):
+        assert_trees_close(fused(*args), plain(*args))
