@@ -135,9 +135,7 @@ class _Body:
                 closed, [False] * len(lifted) + [donated[i] for i in dynamic]
             )
             session.seconds = {"trace": traced, **session.seconds}
-            jax.monitoring.record_event_duration_secs(
-                "/jgsess/pipeline_duration", sum(session.seconds.values())
-            )
+            _record(session.seconds)
             if self.sessions is not None:
                 self.sessions.append(session)
             outs = _compat.jaxpr_as_fun(program)(*lifted, *tracers)
@@ -176,6 +174,14 @@ class _Body:
             JgsessFallbackWarning,
             stacklevel=3,
         )
+
+
+def _record(seconds: dict[str, float]) -> None:
+    """The pipeline's time as jax.monitoring events: /jgsess/pipeline_duration (all of it) and
+    /jgsess/{trace,passes,emit}_duration."""
+    for part, duration in seconds.items():
+        jax.monitoring.record_event_duration_secs(f"/jgsess/{part}_duration", duration)
+    jax.monitoring.record_event_duration_secs("/jgsess/pipeline_duration", sum(seconds.values()))
 
 
 def _lift_traced_consts(closed):
