@@ -19,6 +19,7 @@ Literal = jex.Literal
 Primitive = jex.Primitive
 # jax.extend.core.DropVar is new in jax 0.10, which deprecated jax.core.DropVar
 DropVar = jex.DropVar if hasattr(jex, "DropVar") else jax.core.DropVar
+Tracer = jax.core.Tracer
 ShapedArray = jax.core.ShapedArray
 # how batching rules mark an operand that is not batched (None in newer jax)
 NOT_MAPPED = getattr(batching, "not_mapped", None)
