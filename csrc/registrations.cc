@@ -3,6 +3,7 @@
 #include "registrations.h"
 
 #include "kernels/adamw/adamw.h"
+#include "kernels/batch_norm/batch_norm.h"
 #include "kernels/cast_all/cast_all.h"
 #include "kernels/global_norm/global_norm.h"
 #include "kernels/momentum/momentum.h"
@@ -31,6 +32,11 @@ pybind11::dict Platforms(XLA_FFI_Handler* cpu, [[maybe_unused]] XLA_FFI_Handler*
 pybind11::dict Registrations() {
   pybind11::dict table;
   table["jgsess_adamw"] = Platforms(AdamwCpu, AdamwCuda);
+  table["jgsess_batch_norm_relu"] = Platforms(BatchNormReluCpu, BatchNormReluCuda);
+  table["jgsess_batch_norm_add_relu"] = Platforms(BatchNormAddReluCpu, BatchNormAddReluCuda);
+  table["jgsess_batch_norm_relu_grad"] = Platforms(BatchNormReluGradCpu, BatchNormReluGradCuda);
+  table["jgsess_batch_norm_add_relu_grad"] =
+      Platforms(BatchNormAddReluGradCpu, BatchNormAddReluGradCuda);
   table["jgsess_cast_all"] = Platforms(CastAllCpu, CastAllCuda);
   table["jgsess_global_norm"] = Platforms(GlobalNormCpu, GlobalNormCuda);
   table["jgsess_momentum"] = Platforms(MomentumCpu, MomentumCuda);

@@ -88,6 +88,11 @@ class Report:
         return self.session.notes.get("kernels", [])
 
     @property
+    def selection(self) -> list:
+        """The decisions `jgsess.autotune` measured (or found cached), one per key."""
+        return list({m.key: m for m in self.session.notes.get("autotune", [])}.values())
+
+    @property
     def fallback(self) -> str | None:
         return self.session.fallback
 
@@ -132,6 +137,13 @@ class Report:
         if self.kernels:
             rows = [[k.kernel, k.impl, k.operands, _mb(k.nbytes), k.reason] for k in self.kernels]
             out += ["", table(["fused node", "runs as", "operands", "operand bytes", "why"], rows)]
+        if self.selection:
+            rows = [
+                [m.kernel, m.impl, f"{m.kernel_s * 1e3:.3f} ms", f"{m.xla_s * 1e3:.3f} ms"]
+                + ["cached" if m.cached else f"measured ({m.seconds:.1f} s)"]
+                for m in self.selection
+            ]
+            out += ["", table(["measured selection", "chose", "kernel", "xla", "source"], rows)]
         plan = s.notes.get("memory_plan")
         if plan is not None:
             out += [

@@ -1,9 +1,11 @@
-"""Tests run strict: pipeline failures raise, graphs are verified after every pass."""
+"""Tests run strict: pipeline failures raise, graphs are verified after every pass; kernel
+selection uses the cost models, not measurements (tests/test_autotune.py turns them on)."""
 
 import os
 
 os.environ.setdefault("JGSESS_STRICT", "1")
 os.environ.setdefault("JGSESS_VERIFY", "1")
+os.environ.setdefault("JGSESS_AUTOTUNE", "0")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -14,7 +14,14 @@ from . import (
     select,
     transposes,
 )
-from .fusions import fuse_adamw, fuse_cast_all, fuse_global_norm, fuse_momentum, fuse_relu_mask
+from .fusions import (
+    fuse_adamw,
+    fuse_batch_norm,
+    fuse_cast_all,
+    fuse_global_norm,
+    fuse_momentum,
+    fuse_relu_mask,
+)
 from .manager import Pass
 
 
@@ -27,6 +34,7 @@ def default_pipeline() -> list[Pass]:
         transposes.DEDUP_PASS,
         add_any.PASS,
         dce.PASS,
+        fuse_batch_norm.PASS,
         fuse_global_norm.PASS,
         fuse_adamw.PASS,
         fuse_momentum.PASS,

@@ -5,7 +5,8 @@
 
 XLA's code (the node's pure-JAX reference, traced inline so XLA fuses it with its neighbours) is
 chosen when the platform has no compiled kernel, when `JGSESS_KERNELS` turns the kernel off, or
-when the spec's cost model says XLA is as fast. How many devices the process sees does not
+when XLA measured faster for the node's shapes (`jgsess.autotune`, for specs with a cost model;
+the cost model itself where measuring is off). How many devices the process sees does not
 matter: a program partitioned over several devices runs each kernel per shard (its spec's
 sharding rule, kernels/partition.py).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import _compat, _config
+from .. import _compat, _config, autotune
 from ..ir.graph import Graph, Node
 from .manager import Context, Pass
 
@@ -37,11 +38,14 @@ def available(spec, platform: str) -> tuple[bool, str]:
     return True, ""
 
 
-def choose(node: Node, platform: str) -> tuple[str, str]:
+def choose(node: Node, platform: str, log: list | None = None) -> tuple[str, str]:
     spec = node.op
     ok, reason = available(spec, platform)
     if not ok:
         return "xla", reason
+    measured = autotune.choose(node, platform, [] if log is None else log)
+    if measured is not None:
+        return measured.impl, measured.reason()
     if spec.prefer_kernel is not None:
         wins, reason = spec.prefer_kernel(node, platform)
         return ("kernel" if wins else "xla"), reason
@@ -53,7 +57,7 @@ def run(graph: Graph, ctx: Context) -> int:
     for node in graph.live():
         if not node.is_fused:
             continue
-        impl, reason = choose(node, ctx.platform)
+        impl, reason = choose(node, ctx.platform, ctx.notes.setdefault("autotune", []))
         node.params["impl"] = impl
         graph.changed = True
         count += impl == "kernel"

@@ -1,0 +1,209 @@
+// Training-mode BatchNorm fused with ReLU (and a residual add) [BatchNormWithActivation,
+// BatchNormWithAddAndActivation, BatchNormGradWithActivation, BatchNormGradWithAddAndActivation].
+//
+// x is viewed as [outer, C, inner] (C is the feature axis: NHWC has inner = 1, NCHW outer = N).
+// Per channel, over M = outer * inner elements:
+//
+// Forward (two passes over x):
+//   mean = sum(x) / M, var = sum((x - mean)^2) / M     (shifted sums in f64: stable)
+//   a = rsqrt(var + eps) * scale
+//   t = out((x - mean) * a + bias)                     (out(): rounding to y's dtype)
+//   s = out(t + z)  (with a residual z)                y = max(s, 0); mask bit = s > 0
+//
+// Backward (two passes over dy, x and the mask), g = bit ? dy : 0:
+//   dbias = sum(g), dscale = rsqrt(var + eps) * sum(g * (x - mean))
+//   dx = scale * inv * (g - dbias / M - (x - mean) * inv^2 * sum(g * (x - mean)) / M)
+//   dz = g  (with a residual)
+//
+// The products keep the order of flax's and the reference's formula (-ffp-contract=off).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "common/ffi.h"
+#include "common/host_device.h"
+#include "common/tensor_list.h"
+
+namespace jgsess {
+
+// x's shape around the feature axis.
+struct BnShape {
+  int64_t outer = 1, channels = 1, inner = 1;
+  JGSESS_HOST_DEVICE int64_t count() const { return outer * inner; }  // elements per channel
+  JGSESS_HOST_DEVICE int64_t size() const { return outer * channels * inner; }
+};
+
+inline ffi::ErrorOr<BnShape> BnShapeOf(const Buffer& x, int64_t axis) {
+  const auto dims = x.dimensions();
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  if (axis < 0 || axis >= rank) return Invalid("batch_norm", "bad axis");
+  BnShape shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d < axis) shape.outer *= dims[d];
+    if (d == axis) shape.channels = dims[d];
+    if (d > axis) shape.inner *= dims[d];
+  }
+  return shape;
+}
+
+// Partial sums: the rows (elements, on CUDA) of each channel are split into this many parts,
+// each with its own f64 (sum, sum of squares) pair in the workspace, added in order at the end.
+// jgsess/kernels/batch_norm.py: _splits mirrors it.
+inline int64_t BnSplits(const BnShape& s) {
+  return std::min<int64_t>(64, std::max<int64_t>(1, (s.size() + 65535) / 65536));
+}
+
+// Workspace layout (bytes from the arena's offset): partial[splits][2][C] f64, then 4 f32 per
+// channel (the backward's coefficients).
+inline int64_t BnWorkspaceBytes(const BnShape& s) {
+  return BnSplits(s) * 2 * s.channels * 8 + 16 * s.channels;
+}
+
+inline bool BnSized(size_t count, int64_t want) { return static_cast<int64_t>(count) == want; }
+
+// x's shape, once the forward's operands and results are checked against it.
+inline ffi::ErrorOr<BnShape> BnForwardShape(const Buffer& x, const ffi::Buffer<ffi::F32>& scale,
+                                            const ffi::Buffer<ffi::F32>& bias, const Buffer* z,
+                                            int64_t axis, const Buffer& y,
+                                            const ffi::Buffer<ffi::F32>& mean,
+                                            const ffi::Buffer<ffi::F32>& var,
+                                            const ffi::Buffer<ffi::U32>& mask) {
+  auto shape = BnShapeOf(x, axis);
+  if (shape.has_error()) return shape;
+  const BnShape s = *shape;
+  const bool fits =
+      IsKernelFloat(x.element_type()) && IsKernelFloat(y.element_type()) &&
+      BnSized(y.element_count(), s.size()) && BnSized(mask.element_count(), (s.size() + 31) / 32) &&
+      BnSized(scale.element_count(), s.channels) && BnSized(bias.element_count(), s.channels) &&
+      BnSized(mean.element_count(), s.channels) && BnSized(var.element_count(), s.channels) &&
+      (z == nullptr ||
+       (z->element_type() == y.element_type() && BnSized(z->element_count(), s.size())));
+  if (!fits) return Invalid("batch_norm_relu", "operands do not fit x");
+  return s;
+}
+
+// x's shape, once the backward's operands and results are checked against it.
+inline ffi::ErrorOr<BnShape> BnBackwardShape(const Buffer& dy, const Buffer& x,
+                                             const ffi::Buffer<ffi::F32>& scale,
+                                             const ffi::Buffer<ffi::F32>& mean,
+                                             const ffi::Buffer<ffi::F32>& var,
+                                             const ffi::Buffer<ffi::U32>& mask, int64_t axis,
+                                             const Buffer& dx, const ffi::Buffer<ffi::F32>& dscale,
+                                             const ffi::Buffer<ffi::F32>& dbias, const Buffer* dz) {
+  auto shape = BnShapeOf(x, axis);
+  if (shape.has_error()) return shape;
+  const BnShape s = *shape;
+  const bool fits =
+      IsKernelFloat(x.element_type()) && IsKernelFloat(dy.element_type()) &&
+      dx.element_type() == x.element_type() && BnSized(dy.element_count(), s.size()) &&
+      BnSized(mask.element_count(), (s.size() + 31) / 32) &&
+      BnSized(scale.element_count(), s.channels) && BnSized(mean.element_count(), s.channels) &&
+      BnSized(var.element_count(), s.channels) && BnSized(dscale.element_count(), s.channels) &&
+      BnSized(dbias.element_count(), s.channels) &&
+      (dz == nullptr ||
+       (dz->element_type() == dy.element_type() && BnSized(dz->element_count(), s.size())));
+  if (!fits) return Invalid("batch_norm_relu_grad", "operands do not fit x");
+  return s;
+}
+
+// The kernel's workspace: `BnWorkspaceBytes(s)` at `offset` in the arena.
+inline ffi::ErrorOr<char*> BnWorkspace(Buffer& arena, int64_t offset, const BnShape& s) {
+  if (offset < 0 || offset + BnWorkspaceBytes(s) > static_cast<int64_t>(arena.size_bytes())) {
+    return Invalid("batch_norm", "the workspace does not fit the arena");
+  }
+  return static_cast<char*>(arena.untyped_data()) + offset;
+}
+
+JGSESS_HOST_DEVICE float BnInvStd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
+
+// Per-channel coefficients of the backward's second pass: dx = a * (g - b - (x - mean) * c).
+struct BnGradCoef {
+  float a, b, c;
+};
+
+JGSESS_HOST_DEVICE BnGradCoef BnGradCoefOf(float scale, float var, float eps, double sum_g,
+                                           double sum_gxc, int64_t count) {
+  const float inv = BnInvStd(var, eps);
+  const float mean_g = static_cast<float>(sum_g / static_cast<double>(count));
+  const float mean_gxc = static_cast<float>(sum_gxc / static_cast<double>(count));
+  return {scale * inv, mean_g, inv * inv * mean_gxc};
+}
+
+// The handlers' signatures, shared by the CPU (Context = ThreadPool) and CUDA (the stream)
+// handlers; kAdd adds the residual z (forward) or its gradient dz (backward). Bindings only
+// move as temporaries, so each part is a function of the one before.
+template <typename Context>
+auto BnForwardOperands() {
+  return ffi::Ffi::Bind()
+      .Ctx<Context>()
+      .template Arg<Buffer>()                  // arena
+      .template Arg<Buffer>()                  // x
+      .template Arg<ffi::Buffer<ffi::F32>>()   // scale
+      .template Arg<ffi::Buffer<ffi::F32>>();  // bias
+}
+
+template <typename Operands>
+auto BnForwardResults(Operands&& operands) {
+  return std::move(operands)
+      .template Ret<Buffer>()                 // y
+      .template Ret<ffi::Buffer<ffi::F32>>()  // mean
+      .template Ret<ffi::Buffer<ffi::F32>>()  // var (biased)
+      .template Ret<ffi::Buffer<ffi::U32>>()  // mask
+      .template Ret<Buffer>()                 // arena (aliased)
+      .template Attr<float>("eps")
+      .template Attr<int64_t>("axis")
+      .template Attr<int64_t>("workspace_offset");
+}
+
+template <typename Context, bool kAdd>
+auto BnForwardBinding() {
+  if constexpr (kAdd) {
+    return BnForwardResults(BnForwardOperands<Context>().template Arg<Buffer>());  // z
+  } else {
+    return BnForwardResults(BnForwardOperands<Context>());
+  }
+}
+
+template <typename Context>
+auto BnBackwardGrads() {
+  return ffi::Ffi::Bind()
+      .Ctx<Context>()
+      .template Arg<Buffer>()                  // arena
+      .template Arg<Buffer>()                  // dy
+      .template Arg<Buffer>()                  // x
+      .template Arg<ffi::Buffer<ffi::F32>>()   // scale
+      .template Arg<ffi::Buffer<ffi::F32>>()   // mean
+      .template Arg<ffi::Buffer<ffi::F32>>()   // var
+      .template Arg<ffi::Buffer<ffi::U32>>()   // mask
+      .template Ret<Buffer>()                  // dx
+      .template Ret<ffi::Buffer<ffi::F32>>()   // dscale
+      .template Ret<ffi::Buffer<ffi::F32>>();  // dbias
+}
+
+template <typename Grads>
+auto BnBackwardRest(Grads&& grads) {
+  return std::move(grads)
+      .template Ret<Buffer>()  // arena (aliased)
+      .template Attr<float>("eps")
+      .template Attr<int64_t>("axis")
+      .template Attr<int64_t>("workspace_offset");
+}
+
+template <typename Context, bool kAdd>
+auto BnBackwardBinding() {
+  if constexpr (kAdd) {
+    return BnBackwardRest(BnBackwardGrads<Context>().template Ret<Buffer>());  // dz
+  } else {
+    return BnBackwardRest(BnBackwardGrads<Context>());
+  }
+}
+
+}  // namespace jgsess
+
+JGSESS_DECLARE_HANDLERS(BatchNormRelu);
+JGSESS_DECLARE_HANDLERS(BatchNormAddRelu);
+JGSESS_DECLARE_HANDLERS(BatchNormReluGrad);
+JGSESS_DECLARE_HANDLERS(BatchNormAddReluGrad);

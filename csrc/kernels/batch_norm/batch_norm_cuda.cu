@@ -1,0 +1,311 @@
+// Training-mode BatchNorm + (add +) ReLU on CUDA. Each direction is two passes over the data:
+// per-channel partial sums (f64, one pair per (split, channel) in the workspace, no atomics: the
+// result does not depend on scheduling), a one-thread-per-channel finish that adds the splits
+// in order, and one elementwise pass (one thread per element, a warp ballot per mask word).
+#include "common/ffi.h"
+#include "common/multi_tensor_cuda.cuh"
+#include "kernels/batch_norm/batch_norm.h"
+
+namespace jgsess {
+namespace {
+
+using F32Buffer = ffi::Buffer<ffi::F32>;
+using MaskBuffer = ffi::Buffer<ffi::U32>;
+
+constexpr int kThreads = 256;  // a multiple of 32: lane = i % 32 inside a warp
+constexpr int kLanes = 8;      // channels-last: 32 channels x 8 rows per block
+
+__device__ __forceinline__ float RoundTo(Elem type, float v) {
+  switch (type) {
+    case Elem::kBF16:
+      return __bfloat162float(__float2bfloat16_rn(v));
+    case Elem::kF16:
+      return __half2float(__float2half_rn(v));
+    default:
+      return v;
+  }
+}
+
+__device__ __forceinline__ bool Bit(const uint32_t* mask, int64_t i) {
+  return (mask[i >> 5] >> (i & 31)) & 1u;
+}
+
+// What the per-channel sums add up: forward (x - shift, its square); backward (g, g * (x - mean)).
+struct SumOperands {
+  const void* x;
+  Elem x_type;
+  const float* center;  // shift (forward: x at row 0) or mean (backward), per channel; null: shift
+  const void* dy;       // backward only
+  Elem dy_type;
+  const uint32_t* mask;
+  void* dz;  // backward with a residual: dz = g
+};
+
+__device__ __forceinline__ void Terms(const SumOperands& op, int64_t i, float center, double& p,
+                                      double& q) {
+  const float x = LoadF32(op.x, op.x_type, i);
+  if (op.dy == nullptr) {
+    const double d = static_cast<double>(x) - center;
+    p += d;
+    q += d * d;
+    return;
+  }
+  const float g = Bit(op.mask, i) ? LoadF32(op.dy, op.dy_type, i) : 0.0f;
+  if (op.dz != nullptr) StoreF32(op.dz, op.dy_type, i, g);
+  p += g;
+  q += static_cast<double>(g * (x - center));
+}
+
+__device__ __forceinline__ float Center(const SumOperands& op, int64_t c, int64_t inner) {
+  return op.center != nullptr ? op.center[c] : LoadF32(op.x, op.x_type, c * inner);
+}
+
+// Channels-last: block (32 channels, kLanes rows); grid (channel tiles, splits).
+__global__ void SumsLast(SumOperands op, BnShape s, int64_t splits, double* partial) {
+  __shared__ double sp[kLanes][32], sq[kLanes][32];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t per = (s.outer + splits - 1) / splits;
+  const int64_t r0 = blockIdx.y * per, r1 = min(s.outer, r0 + per);
+  double p = 0.0, q = 0.0;
+  if (c < s.channels) {
+    const float center = Center(op, c, 1);
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kLanes)
+      Terms(op, r * s.channels + c, center, p, q);
+  }
+  sp[threadIdx.y][threadIdx.x] = p;
+  sq[threadIdx.y][threadIdx.x] = q;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < s.channels) {
+    for (int l = 1; l < kLanes; ++l) {
+      p += sp[l][threadIdx.x];
+      q += sq[l][threadIdx.x];
+    }
+    partial[blockIdx.y * 2 * s.channels + c] = p;
+    partial[blockIdx.y * 2 * s.channels + s.channels + c] = q;
+  }
+}
+
+// Channels-first (inner > 1): block per (channel, split), threads along the contiguous run.
+__global__ void SumsFirst(SumOperands op, BnShape s, int64_t splits, double* partial) {
+  __shared__ double sp[kThreads / 32], sq[kThreads / 32];
+  const int64_t c = blockIdx.x, m = s.count();
+  const int64_t per = (m + splits - 1) / splits;
+  const int64_t j0 = blockIdx.y * per, j1 = min(m, j0 + per);
+  const float center = Center(op, c, s.inner);
+  double p = 0.0, q = 0.0;
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    Terms(op, (j / s.inner * s.channels + c) * s.inner + j % s.inner, center, p, q);
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    p += __shfl_down_sync(0xffffffffu, p, offset);
+    q += __shfl_down_sync(0xffffffffu, q, offset);
+  }
+  if (threadIdx.x % 32 == 0) {
+    sp[threadIdx.x / 32] = p;
+    sq[threadIdx.x / 32] = q;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) {
+      p += sp[w];
+      q += sq[w];
+    }
+    partial[blockIdx.y * 2 * s.channels + c] = p;
+    partial[blockIdx.y * 2 * s.channels + s.channels + c] = q;
+  }
+}
+
+void LaunchSums(cudaStream_t stream, const SumOperands& op, const BnShape& s, double* partial) {
+  const int64_t splits = BnSplits(s);
+  if (s.inner == 1) {
+    const dim3 grid((s.channels + 31) / 32, splits), block(32, kLanes);
+    SumsLast<<<grid, block, 0, stream>>>(op, s, splits, partial);
+  } else {
+    const dim3 grid(s.channels, splits);
+    SumsFirst<<<grid, kThreads, 0, stream>>>(op, s, splits, partial);
+  }
+}
+
+// coef[4 * c]: forward a = rsqrt(var + eps) * scale; backward (a, b, c) of dx's formula.
+__global__ void FinishForward(const double* partial, const void* x, Elem x_type, BnShape s,
+                              int64_t splits, const float* scale, float eps, float* mean,
+                              float* var, float* coef) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= s.channels) return;
+  double a = 0.0, b = 0.0;
+  for (int64_t p = 0; p < splits; ++p) {
+    a += partial[p * 2 * s.channels + c];
+    b += partial[p * 2 * s.channels + s.channels + c];
+  }
+  const double m = static_cast<double>(s.count()), d = a / m;
+  mean[c] = static_cast<float>(LoadF32(x, x_type, c * s.inner) + d);
+  var[c] = static_cast<float>(fmax(0.0, b / m - d * d));
+  coef[4 * c] = BnInvStd(var[c], eps) * scale[c];
+}
+
+__global__ void FinishBackward(const double* partial, BnShape s, int64_t splits, const float* scale,
+                               const float* var, float eps, float* dscale, float* dbias,
+                               float* coef) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= s.channels) return;
+  double a = 0.0, b = 0.0;
+  for (int64_t p = 0; p < splits; ++p) {
+    a += partial[p * 2 * s.channels + c];
+    b += partial[p * 2 * s.channels + s.channels + c];
+  }
+  dbias[c] = static_cast<float>(a);
+  dscale[c] = BnInvStd(var[c], eps) * static_cast<float>(b);
+  const BnGradCoef k = BnGradCoefOf(scale[c], var[c], eps, a, b, s.count());
+  coef[4 * c] = k.a;
+  coef[4 * c + 1] = k.b;
+  coef[4 * c + 2] = k.c;
+}
+
+__global__ void Normalize(const void* x, Elem x_type, const void* z, BnShape s, const float* mean,
+                          const float* coef, const float* bias, void* y, Elem y_type,
+                          uint32_t* mask) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t n = s.size();
+  float v = 0.0f;
+  if (i < n) {
+    const int64_t c = (i / s.inner) % s.channels;
+    v = RoundTo(y_type, (LoadF32(x, x_type, i) - mean[c]) * coef[4 * c] + bias[c]);
+    if (z != nullptr) v = RoundTo(y_type, v + LoadF32(z, y_type, i));
+    StoreF32(y, y_type, i, (v > 0.0f || v != v) ? v : 0.0f);
+  }
+  const unsigned bits = __ballot_sync(0xffffffffu, i < n && v > 0.0f);
+  if (threadIdx.x % 32 == 0 && i < n) mask[i / 32] = bits;
+}
+
+__global__ void InputGrad(const void* dy, Elem dy_type, const void* x, Elem x_type,
+                          const uint32_t* mask, BnShape s, const float* mean, const float* coef,
+                          void* dx) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= s.size()) return;
+  const int64_t c = (i / s.inner) % s.channels;
+  const float g = Bit(mask, i) ? LoadF32(dy, dy_type, i) : 0.0f;
+  const float a = coef[4 * c], b = coef[4 * c + 1], k = coef[4 * c + 2];
+  StoreF32(dx, x_type, i, a * (g - b - (LoadF32(x, x_type, i) - mean[c]) * k));
+}
+
+struct Work {
+  double* partial;
+  float* coef;
+};
+
+Work WorkOf(char* base, const BnShape& s) {
+  double* partial = reinterpret_cast<double*>(base);
+  return Work{partial, reinterpret_cast<float*>(partial + BnSplits(s) * 2 * s.channels)};
+}
+
+int64_t Blocks(int64_t n, int64_t threads) { return (n + threads - 1) / threads; }
+
+ffi::Error Forward(cudaStream_t stream, Buffer& arena, Buffer& x, F32Buffer& scale, F32Buffer& bias,
+                   const Buffer* z, float eps, int64_t axis, int64_t offset, Buffer& y,
+                   F32Buffer& mean, F32Buffer& var, MaskBuffer& mask) {
+  auto shape = BnForwardShape(x, scale, bias, z, axis, y, mean, var, mask);
+  if (shape.has_error()) return shape.error();
+  const BnShape s = *shape;
+  auto base = BnWorkspace(arena, offset, s);
+  if (base.has_error()) return base.error();
+  const Work work = WorkOf(*base, s);
+  if (s.size() == 0) return ffi::Error::Success();
+  const Elem xt = ElemOf(x.element_type()), yt = ElemOf(y.element_type());
+  const SumOperands op{x.untyped_data(), xt, nullptr, nullptr, xt, nullptr, nullptr};
+  LaunchSums(stream, op, s, work.partial);
+  FinishForward<<<Blocks(s.channels, kThreads), kThreads, 0, stream>>>(
+      work.partial, x.untyped_data(), xt, s, BnSplits(s), scale.typed_data(), eps,
+      mean.typed_data(), var.typed_data(), work.coef);
+  Normalize<<<Blocks(s.size(), kThreads), kThreads, 0, stream>>>(
+      x.untyped_data(), xt, z != nullptr ? z->untyped_data() : nullptr, s, mean.typed_data(),
+      work.coef, bias.typed_data(), y.untyped_data(), yt, mask.typed_data());
+  return CudaStatus("batch_norm_relu");
+}
+
+ffi::Error Backward(cudaStream_t stream, Buffer& arena, Buffer& dy, Buffer& x, F32Buffer& scale,
+                    F32Buffer& mean, F32Buffer& var, MaskBuffer& mask, float eps, int64_t axis,
+                    int64_t offset, Buffer& dx, F32Buffer& dscale, F32Buffer& dbias, Buffer* dz) {
+  auto shape = BnBackwardShape(dy, x, scale, mean, var, mask, axis, dx, dscale, dbias, dz);
+  if (shape.has_error()) return shape.error();
+  const BnShape s = *shape;
+  auto base = BnWorkspace(arena, offset, s);
+  if (base.has_error()) return base.error();
+  const Work work = WorkOf(*base, s);
+  if (s.size() == 0) return ffi::Error::Success();
+  const Elem xt = ElemOf(x.element_type()), gt = ElemOf(dy.element_type());
+  const SumOperands op{x.untyped_data(),
+                       xt,
+                       mean.typed_data(),
+                       dy.untyped_data(),
+                       gt,
+                       mask.typed_data(),
+                       dz != nullptr ? dz->untyped_data() : nullptr};
+  LaunchSums(stream, op, s, work.partial);
+  FinishBackward<<<Blocks(s.channels, kThreads), kThreads, 0, stream>>>(
+      work.partial, s, BnSplits(s), scale.typed_data(), var.typed_data(), eps, dscale.typed_data(),
+      dbias.typed_data(), work.coef);
+  InputGrad<<<Blocks(s.size(), kThreads), kThreads, 0, stream>>>(
+      dy.untyped_data(), gt, x.untyped_data(), xt, mask.typed_data(), s, mean.typed_data(),
+      work.coef, dx.untyped_data());
+  return CudaStatus("batch_norm_relu_grad");
+}
+
+ffi::Error BatchNormReluCudaImpl(cudaStream_t stream, Buffer arena, Buffer x, F32Buffer scale,
+                                 F32Buffer bias, ffi::Result<Buffer> y, ffi::Result<F32Buffer> mean,
+                                 ffi::Result<F32Buffer> var, ffi::Result<MaskBuffer> mask,
+                                 ffi::Result<Buffer>, float eps, int64_t axis,
+                                 int64_t workspace_offset) {
+  return Forward(stream, arena, x, scale, bias, nullptr, eps, axis, workspace_offset, *y, *mean,
+                 *var, *mask);
+}
+
+ffi::Error BatchNormAddReluCudaImpl(cudaStream_t stream, Buffer arena, Buffer x, F32Buffer scale,
+                                    F32Buffer bias, Buffer z, ffi::Result<Buffer> y,
+                                    ffi::Result<F32Buffer> mean, ffi::Result<F32Buffer> var,
+                                    ffi::Result<MaskBuffer> mask, ffi::Result<Buffer>, float eps,
+                                    int64_t axis, int64_t workspace_offset) {
+  return Forward(stream, arena, x, scale, bias, &z, eps, axis, workspace_offset, *y, *mean, *var,
+                 *mask);
+}
+
+ffi::Error BatchNormReluGradCudaImpl(cudaStream_t stream, Buffer arena, Buffer dy, Buffer x,
+                                     F32Buffer scale, F32Buffer mean, F32Buffer var,
+                                     MaskBuffer mask, ffi::Result<Buffer> dx,
+                                     ffi::Result<F32Buffer> dscale, ffi::Result<F32Buffer> dbias,
+                                     ffi::Result<Buffer>, float eps, int64_t axis,
+                                     int64_t workspace_offset) {
+  return Backward(stream, arena, dy, x, scale, mean, var, mask, eps, axis, workspace_offset, *dx,
+                  *dscale, *dbias, nullptr);
+}
+
+ffi::Error BatchNormAddReluGradCudaImpl(cudaStream_t stream, Buffer arena, Buffer dy, Buffer x,
+                                        F32Buffer scale, F32Buffer mean, F32Buffer var,
+                                        MaskBuffer mask, ffi::Result<Buffer> dx,
+                                        ffi::Result<F32Buffer> dscale, ffi::Result<F32Buffer> dbias,
+                                        ffi::Result<Buffer> dz, ffi::Result<Buffer>, float eps,
+                                        int64_t axis, int64_t workspace_offset) {
+  return Backward(stream, arena, dy, x, scale, mean, var, mask, eps, axis, workspace_offset, *dx,
+                  *dscale, *dbias, &(*dz));
+}
+
+}  // namespace
+}  // namespace jgsess
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    BatchNormReluCuda, jgsess::BatchNormReluCudaImpl,
+    (jgsess::BnForwardBinding<xla::ffi::PlatformStream<cudaStream_t>, false>()),
+    jgsess::kGraphSafe);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    BatchNormAddReluCuda, jgsess::BatchNormAddReluCudaImpl,
+    (jgsess::BnForwardBinding<xla::ffi::PlatformStream<cudaStream_t>, true>()), jgsess::kGraphSafe);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    BatchNormReluGradCuda, jgsess::BatchNormReluGradCudaImpl,
+    (jgsess::BnBackwardBinding<xla::ffi::PlatformStream<cudaStream_t>, false>()),
+    jgsess::kGraphSafe);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    BatchNormAddReluGradCuda, jgsess::BatchNormAddReluGradCudaImpl,
+    (jgsess::BnBackwardBinding<xla::ffi::PlatformStream<cudaStream_t>, true>()),
+    jgsess::kGraphSafe);

@@ -1,0 +1,231 @@
+"""Kernel selection by measurement, cached on disk [GPUSession::SelectKernel].
+
+For a fused node whose choice is not obvious (its spec has a cost model, `prefer_kernel`),
+`choose` times the compiled kernel against XLA's code for the node's reference, on the current
+device, with the node's shapes, dtypes and static params, and keeps the faster:
+
+    jgsess.batch_norm_relu x g b    kernel 0.41 ms, xla 0.77 ms   ->   impl=kernel
+
+Each side is compiled alone and run on random operands, interleaved, 5 to 51 times (about
+50 ms each; the median counts). A compilation spends at most `JGSESS_AUTOTUNE_BUDGET` seconds
+measuring (default 10); past it, the cost model decides. Decisions are cached in memory and
+in a JSON file keyed by the kernel, operand shapes and dtypes, static params, platform, device
+kind and the jgsess and jax versions, so the next process does not measure again.
+
+JGSESS_AUTOTUNE=0|1          measure (default 1); 0: the cost model decides
+JGSESS_AUTOTUNE_CACHE=path   the cache file (default ~/.cache/jgsess/autotune.json)
+JGSESS_AUTOTUNE_BUDGET=s     seconds of measuring per compiled function
+
+`clear_cache()` (or `python -m jgsess.autotune --clear`) forgets every decision.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+_MIN_REPS, _MAX_REPS = 5, 51
+_cache: dict[str, dict] | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One decision: the two median times (seconds), and whether it came from the cache."""
+
+    kernel: str
+    key: str
+    kernel_s: float
+    xla_s: float
+    cached: bool
+    seconds: float = 0.0  # spent measuring (compiling and running both sides)
+
+    @property
+    def impl(self) -> str:
+        return "kernel" if self.kernel_s < self.xla_s else "xla"
+
+    def reason(self) -> str:
+        source = "cached" if self.cached else "measured"
+        return f"{source}: kernel {self.kernel_s * 1e3:.3f} ms, xla {self.xla_s * 1e3:.3f} ms"
+
+
+def enabled() -> bool:
+    return os.environ.get("JGSESS_AUTOTUNE", "1").strip().lower() not in ("0", "off", "false")
+
+
+def cache_path() -> str:
+    default = os.path.join(os.path.expanduser("~"), ".cache", "jgsess", "autotune.json")
+    return os.environ.get("JGSESS_AUTOTUNE_CACHE") or default
+
+
+def budget() -> float:
+    return float(os.environ.get("JGSESS_AUTOTUNE_BUDGET", "10"))
+
+
+def clear_cache() -> None:
+    """Forget every measured decision, in this process and on disk."""
+    global _cache
+    _cache = {}
+    try:
+        os.remove(cache_path())
+    except FileNotFoundError:
+        pass
+
+
+def _load() -> dict[str, dict]:
+    global _cache
+    if _cache is None:
+        try:
+            with open(cache_path()) as f:
+                _cache = json.load(f)
+        except (OSError, ValueError):
+            _cache = {}
+    return _cache
+
+
+def _store(key: str, entry: dict) -> None:
+    cache = _load()
+    cache[key] = entry
+    path = cache_path()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    # merge with what other processes wrote meanwhile, then replace the file atomically
+    try:
+        with open(path) as f:
+            cache = {**json.load(f), **cache}
+    except (OSError, ValueError):
+        pass
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(cache, f, indent=0, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _device_kind(platform: str) -> str:
+    try:
+        return jax.devices(platform)[0].device_kind
+    except RuntimeError:
+        return "unknown"
+
+
+def key(kernel: str, platform: str, avals, static: dict) -> str:
+    """The cache key of a decision: kernel, operand shapes and dtypes, static params, platform,
+    device kind, jgsess and jax versions."""
+    from . import __version__
+
+    operands = ",".join(f"{np.dtype(a.dtype).name}{list(a.shape)}" for a in avals)
+    params = repr(sorted((k, repr(v)) for k, v in static.items()))
+    device = _device_kind(platform)
+    versions = f"jgsess {__version__}, jax {jax.__version__}"
+    return "|".join([kernel, platform, device, versions, operands, params])
+
+
+def key_of(node, platform: str) -> str:
+    return key(node.op.name, platform, [v.aval for v in node.inputs], node.op.static(node.params))
+
+
+def random_operand(aval, rng) -> np.ndarray:
+    dtype = np.dtype(aval.dtype)
+    if np.issubdtype(dtype, np.floating) or dtype.name in ("bfloat16", "float16"):
+        return (rng.standard_normal(aval.shape) * 0.5 + 0.5).astype(dtype)
+    if dtype == np.bool_:
+        return rng.random(aval.shape) < 0.5
+    if np.issubdtype(dtype, np.unsignedinteger):
+        return rng.integers(0, np.iinfo(dtype).max, aval.shape, dtype=dtype, endpoint=True)
+    return np.zeros(aval.shape, dtype)
+
+
+def _time(fn, args) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start
+
+
+def _node_sides(node, platform: str):
+    """(kernel function, XLA function, operands): the node's kernel and its reference."""
+    spec = node.op
+    static = spec.static(node.params)
+    rng = np.random.default_rng(0)
+    avals = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in node.inputs]
+    size = spec.workspace(static, avals) if spec.workspace is not None else 0
+    params = {**static, "impl": "kernel", "aliases": (), "workspace": (0, size) if size else None}
+
+    def kernel(arena, *ops):
+        return spec.apply(ops, params, arena)[0]
+
+    def xla(arena, *ops):
+        return spec.run_reference(ops, static)
+
+    operands = [np.zeros((size,), np.uint8), *(random_operand(a, rng) for a in avals)]
+    return kernel, xla, operands
+
+
+def measure(kernel, xla, operands, platform: str) -> tuple[float, float]:
+    """(kernel seconds, XLA seconds): medians of interleaved runs of the two functions, each
+    compiled alone for `platform`'s first device."""
+    device = jax.devices(platform)[0]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    structs = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), list(operands)
+    )
+    with jax.ensure_compile_time_eval():
+        sides = [jax.jit(f).lower(*structs).compile() for f in (kernel, xla)]
+        args = jax.device_put(list(operands), device)
+        first = max(_time(fn, args) for fn in sides)  # also warms up
+        # enough rounds for ~50 ms per side (short calls are noisy), 5 to 51
+        reps = int(min(_MAX_REPS, max(_MIN_REPS, 0.05 // max(first, 1e-6))))
+        times: list[list[float]] = [[], []]
+        for _ in range(reps):
+            for i, fn in enumerate(sides):
+                times[i].append(_time(fn, args))
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def decide(kernel: str, key: str, sides, platform: str, log: list) -> Measurement | None:
+    """The cached decision under `key`, else one measured now with `sides()` (-> kernel
+    function, XLA function, operands); None where measuring is off or this compilation's budget
+    is spent. `log` collects the compilation's decisions (the report prints them)."""
+    if not enabled():
+        return None
+    entry = _load().get(key)
+    if entry is not None:
+        found = Measurement(kernel, key, entry["kernel_s"], entry["xla_s"], cached=True)
+    elif sum(m.seconds for m in log) >= budget():
+        return None
+    else:
+        start = time.perf_counter()
+        kernel_s, xla_s = measure(*sides(), platform)
+        found = Measurement(kernel, key, kernel_s, xla_s, False, time.perf_counter() - start)
+        _store(key, {"kernel_s": kernel_s, "xla_s": xla_s})
+    log.append(found)
+    return found
+
+
+def choose(node, platform: str, log: list) -> Measurement | None:
+    """The measured (or cached) decision for a fused node whose spec has a cost model."""
+    if node.op.prefer_kernel is None:
+        return None
+    sides = functools.partial(_node_sides, node, platform)
+    return decide(node.op.name, key_of(node, platform), sides, platform, log)
+
+
+def _main(argv: list[str]) -> int:
+    if argv == ["--clear"]:
+        clear_cache()
+        print(f"cleared {cache_path()}")
+        return 0
+    for key, entry in sorted(_load().items()):
+        print(f"{key}: kernel {entry['kernel_s'] * 1e3:.3f} ms, xla {entry['xla_s'] * 1e3:.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(_main(sys.argv[1:]))

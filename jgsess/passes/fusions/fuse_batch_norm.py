@@ -1,0 +1,326 @@
+"""fuse-batch-norm-relu: a training-mode BatchNorm followed by ReLU (or by a residual add and
+ReLU) becomes one forward kernel node, and, in a differentiated step, its whole backward one
+more [BatchNormReluFusion, BatchNormAddReluFusion, PostBatchNormAddReluFusion,
+BatchNormReluGradFusion, BatchNormAddReluGradFusion].
+
+flax.linen.BatchNorm(use_running_average=False) + relu, after canonicalize (NHWC shown):
+
+    m  = div (reduce_sum[0,1,2] x) 18.0
+    v  = max 0.0 (sub (div (reduce_sum[0,1,2] (square x)) 18.0) (square m))
+    t  = add (mul (sub x (bcast m)) (mul (rsqrt (add (bcast v) 1e-5)) (reshape g))) (reshape b)
+    y  = max t 0.0                                   ->   y m v k = jgsess.batch_norm_relu x g b
+    ... (the running averages read m and v)
+    ... (in a step: ~40 backward ops from gt t 0.0 and dy to dx, dg, db)
+                                                     ->   dx dg db = jgsess.batch_norm_relu_grad
+                                                                         dy x g m v k
+
+Patterns are examples at exact shapes: for each ReLU `max s 0.0` a cheap probe reads the layout
+(feature axis, x's dtype, a residual add) from the ops above it; each formula of
+`kernels.batch_norm.FORMS` (flax.linen and flax.nnx, with fast or two-pass variance, and a
+textbook jnp one) is traced at those shapes, as a forward or, where the ReLU's mask is read, as
+forward plus `jax.vjp`, canonicalized as the program was, and embedded around the ReLU
+(`patterns.embed`). eps is a wildcard literal; the residual add matches in either order.
+
+Guard: every value inside the match is read only inside it, except its results (y, the
+statistics, the gradients, and the residual's gradient) — the single-user check the seed lacks:
+a pre-activation value read elsewhere keeps XLA's code. Eval mode, other activations, other
+formulas (eps outside the square root, say) do not embed. The running-statistics update is not
+part of the match and stays exact.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ... import autotune
+from ...ir import from_jaxpr
+from ...ir.graph import Graph, Node, Value
+from ...kernels import batch_norm
+from ...patterns.embed import Embedding, embed
+from .. import add_any, canonicalize, casts, dce, transposes
+from ..manager import Context, Pass
+from ..select import available
+from . import engine
+
+NAME = "fuse-batch-norm-relu"
+# eps stands for any literal: the examples are traced with this one
+_EPS = 0.0123456789
+_EPS_KEY = float(np.float32(_EPS))
+_PROBE_DEPTH = 8
+
+
+def example_fn(form: str, train: bool, eps: float, axis: int, dtype):
+    """The program a fusion replaces: `FORMS[form]` + ReLU (forward: -> y, mean, var), with
+    `jax.vjp` (train: the last argument is dy; -> y, mean, var and the input gradients)."""
+    formula = functools.partial(batch_norm.FORMS[form], eps=eps, axis=axis, dtype=dtype)
+
+    def forward(*primals):
+        s, mean, var = formula(*primals)
+        return jax.nn.relu(s), (mean, var)
+
+    def fn(*args):
+        if not train:
+            y, (mean, var) = forward(*args)
+            return y, mean, var
+        y, vjp, (mean, var) = jax.vjp(forward, *args[:-1], has_aux=True)
+        return (y, mean, var, *vjp(args[-1]))
+
+    return fn
+
+
+def _structs(shape, axis: int, add: bool, train: bool, x_dtype, y_dtype):
+    channels = (shape[axis],)
+    structs = [
+        jax.ShapeDtypeStruct(shape, x_dtype),
+        jax.ShapeDtypeStruct(channels, np.float32),
+        jax.ShapeDtypeStruct(channels, np.float32),
+    ]
+    structs += [jax.ShapeDtypeStruct(shape, y_dtype)] * (int(add) + int(train))
+    return structs
+
+
+class _Example:
+    """A traced example: its graph, the ReLU node to anchor on, and its outputs
+    (y, mean, var[, dx, dscale, dbias[, dz]])."""
+
+    def __init__(self, form: str, train: bool, add: bool, shape, x_dtype, y_dtype, axis: int):
+        fn = example_fn(form, train, _EPS, axis, np.dtype(y_dtype))
+        structs = _structs(shape, axis, add, train, x_dtype, y_dtype)
+        graph = from_jaxpr(jax.make_jaxpr(fn)(*structs))
+        ctx = Context()
+        for cleanup in _CLEANUPS:
+            cleanup.run(graph, ctx)
+            graph.settle()
+        self.graph = graph
+        self.outputs = list(graph.outputs)
+        self.anchor = self.outputs[0].producer
+        self.add = add
+        self.train = train
+
+
+_CLEANUPS = (canonicalize.PASS, casts.PASS, transposes.PAIR_PASS, add_any.PASS, dce.PASS)
+
+
+@functools.lru_cache(maxsize=512)
+def _example(form, train, add, shape, x_dtype, y_dtype, axis) -> _Example | None:
+    if form == "plain" and np.dtype(x_dtype) != np.float32:
+        return None  # jnp.mean of a narrow x rounds the statistics to it: not this kernel
+    return _Example(form, train, add, shape, x_dtype, y_dtype, axis)
+
+
+def _relu_input(node: Node) -> Value | None:
+    """s, for `max s 0.0` (either order) on a float array."""
+    if node.name != "max" or len(node.inputs) != 2:
+        return None
+    for s, zero in (node.inputs, node.inputs[::-1]):
+        if zero.is_const and zero.scalar_value() == 0.0 and s.ndim >= 2:
+            if jnp.issubdtype(s.dtype, jnp.floating) and s.shape == node.outputs[0].shape:
+                return s
+    return None
+
+
+def _probe(s: Value) -> tuple[int, np.dtype, bool] | None:
+    """(feature axis, x's dtype, residual add?) read from the ops above s: the first
+    `sub x m` whose m is a per-channel vector shaped to broadcast against x."""
+    frontier, seen = [s], set()
+    for _ in range(_PROBE_DEPTH):
+        following = []
+        for value in frontier:
+            node = value.producer
+            if node is None or node in seen or node.is_fused:
+                continue
+            seen.add(node)
+            if node.name == "sub":
+                found = _layout(*node.inputs, s)
+                if found is not None:
+                    add = _residual_add(s)
+                    return found[0], found[1], add
+            following.extend(node.inputs)
+        frontier = following
+    return None
+
+
+def _layout(x: Value, m: Value, s: Value) -> tuple[int, np.dtype] | None:
+    if x.shape != s.shape or m.ndim != x.ndim:
+        return None
+    wide = [d for d in range(x.ndim) if m.shape[d] != 1]
+    if len(wide) != 1 or m.shape[wide[0]] != x.shape[wide[0]]:
+        return None
+    node = x.producer
+    if node is not None and node.name == "convert_element_type":
+        return wide[0], np.dtype(node.inputs[0].dtype)
+    return wide[0], np.dtype(x.dtype)
+
+
+def _residual_add(s: Value) -> bool:
+    node = s.producer
+    return node is not None and node.name == "add" and all(v.shape == s.shape for v in node.inputs)
+
+
+def _trains(graph: Graph, s: Value) -> bool:
+    """Whether the ReLU's mask `gt s 0.0` is read (a differentiated step)."""
+    return any(u.name == "gt" and u.inputs[0] is s for u in s.users)
+
+
+def _constant(node: Node, memo: dict) -> bool:
+    """Whether `node` computes from constants only (a zeros broadcast, say)."""
+    if node not in memo:
+        memo[node] = False
+        memo[node] = not node.effects and all(
+            v.is_const or (v.producer is not None and _constant(v.producer, memo))
+            for v in node.inputs
+        )
+    return memo[node]
+
+
+def _self_contained(graph: Graph, ex: _Example, emb: Embedding) -> bool:
+    """The driver's check, leaving out nodes that only compute constants (they may be shared:
+    they stay where still read)."""
+    memo: dict = {}
+    nodes = [n for n in emb.nodes.values() if not _constant(n, memo)]
+    return engine._self_contained(graph, nodes, [emb.values[v] for v in ex.outputs])
+
+
+def _reaches(values: list[Value], nodes: set[Node], stops: set[Value]) -> bool:
+    """Whether any of `values` is computed from `nodes`, not counting paths through `stops`."""
+    stack = [v for v in values if v not in stops]
+    seen: set[Value] = set()
+    while stack:
+        value = stack.pop()
+        if value in seen or value.producer is None:
+            continue
+        seen.add(value)
+        if value.producer in nodes:
+            return True
+        stack.extend(v for v in value.producer.inputs if v not in stops)
+    return False
+
+
+def _fuse(graph: Graph, ex: _Example, emb: Embedding, axis: int, form: str, ctx) -> bool:
+    eps = emb.wildcards.get("eps")
+    if eps is None or not _self_contained(graph, ex, emb):
+        return False
+    image = [emb.values[v] for v in ex.outputs]
+    operands = [emb.values[v] for v in ex.graph.inputs]
+    inside = set(emb.nodes.values())
+    forward_in = operands[: 4 if ex.add else 3]
+    if _reaches(forward_in, inside, set()):
+        return False
+    if ex.train and _reaches(operands[len(forward_in) :], inside, set(image[:3])):
+        return False
+    y, mean, var = image[:3]
+    static = {"eps": float(eps.scalar_value()), "axis": axis, "form": form}
+    static["dtype"] = np.dtype(y.dtype).name
+    specs = _specs(ex)
+    params = [{**static, "stats_shape": tuple(mean.shape)}, {**static, "add": ex.add}]
+    take, reason = _decide(specs, params, [v.aval for v in operands], ex.train, ctx)
+    if not take:
+        ctx.note("declined", (NAME, specs[0].name, reason))
+        return False
+    avals = specs[0].result_avals([v.aval for v in forward_in], params[0])
+    fwd = Node(specs[0], forward_in, avals, params[0])
+    graph.insert(fwd, before=emb.nodes[ex.anchor])
+    replaced = list(zip(image[:3], fwd.outputs[:3]))
+    created = [fwd]
+    if ex.train:
+        inputs = [operands[-1], *forward_in[:2], *fwd.outputs[1:4]]
+        avals = specs[1].result_avals([v.aval for v in inputs], params[1])
+        bwd = Node(specs[1], inputs, avals, params[1])
+        graph.insert(bwd, before=image[3].producer)
+        replaced += list(zip(image[3:], bwd.outputs))
+        created.append(bwd)
+    for old, new in replaced:
+        graph.replace_uses(old, new)
+    _remove(graph, inside)
+    for node in created:
+        ctx.note("fusions", (NAME, node.op.name))
+    return True
+
+
+def _specs(ex: _Example) -> list:
+    if ex.add:
+        return [batch_norm.ADD_FORWARD, batch_norm.ADD_BACKWARD][: 1 + ex.train]
+    return [batch_norm.FORWARD, batch_norm.BACKWARD][: 1 + ex.train]
+
+
+def _decide(specs, params, avals, train: bool, ctx) -> tuple[bool, str]:
+    """Whether to take the kernels: available here, and (measured, or cached) faster than the
+    program's own code for these shapes; the cost model where measuring is off."""
+    for spec in specs:
+        ok, reason = available(spec, ctx.platform)
+        if not ok:
+            return False, reason
+    name = "+".join(spec.name for spec in specs)
+    key = autotune.key(name, ctx.platform, avals, {**params[0], "train": train})
+    sides = functools.partial(_sides, specs, params, avals, train)
+    found = autotune.decide(name, key, sides, ctx.platform, ctx.notes.setdefault("autotune", []))
+    if found is None:  # the cost model: the backward saves most, the forward about breaks even
+        return True, "not measured (JGSESS_AUTOTUNE=0, or the budget was spent)"
+    return found.impl == "kernel", found.reason()
+
+
+def _sides(specs, params, avals, train: bool):
+    """For jgsess.autotune: (the kernels, the program's code, operands)."""
+    rng = np.random.default_rng(0)
+    operands = [autotune.random_operand(a, rng) for a in avals]
+    static = params[0]
+    fn = example_fn(static["form"], train, static["eps"], static["axis"], np.dtype(static["dtype"]))
+    sizes = [spec.workspace(p, [avals[0], avals[0]]) for spec, p in zip(specs, params)]
+    count = len(avals) - int(train)
+
+    def kernels(arenas, *ops):
+        forward = {**params[0], "impl": "kernel", "aliases": (), "workspace": (0, sizes[0])}
+        outs, _ = specs[0].apply(ops[:count], forward, arenas[0])
+        if not train:
+            return outs[:3]
+        backward = {**params[1], "impl": "kernel", "aliases": (), "workspace": (0, sizes[-1])}
+        grads, _ = specs[1].apply([ops[-1], *ops[:2], *outs[1:4]], backward, arenas[1])
+        return (*outs[:3], *grads)
+
+    def program(arenas, *ops):
+        return fn(*ops)
+
+    arenas = tuple(np.zeros((size,), np.uint8) for size in sizes)
+    return kernels, program, [arenas, *operands]
+
+
+def _remove(graph: Graph, inside: set[Node]) -> None:
+    """Remove the matched nodes, except constant ones still read outside (and what they read)."""
+    keep = {
+        n
+        for n in inside
+        if any(graph.output_uses(v) or any(u not in inside for u in v.users) for v in n.outputs)
+    }
+    stack = list(keep)
+    while stack:
+        for value in stack.pop().inputs:
+            if value.producer in inside and value.producer not in keep:
+                keep.add(value.producer)
+                stack.append(value.producer)
+    for node in inside - keep:
+        graph.remove(node)
+
+
+def run(graph: Graph, ctx: Context) -> int:
+    count = 0
+    for node in reversed(graph.live()):
+        s = _relu_input(node) if graph.is_live(node) else None
+        probe = _probe(s) if s is not None else None
+        if probe is None:
+            continue
+        axis, x_dtype, add = probe
+        train = _trains(graph, s)
+        for form in batch_norm.FORMS:
+            ex = _example(form, train, add, s.shape, x_dtype, np.dtype(s.dtype), axis)
+            emb = ex and embed(ex.graph, ex.anchor, node, {_EPS_KEY: "eps"})
+            if emb is not None and _fuse(graph, ex, emb, axis, form, ctx):
+                count += 1
+                break
+    return count
+
+
+PASS = Pass(NAME, run, doc=__doc__)

@@ -1,0 +1,187 @@
+"""The batch_norm_relu kernels (forward, with a residual, and their gradients) against their
+references: odd shapes, NHWC / NCHW / other ranks, f32 / bf16 / f16, JVP and vmap."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jgsess.kernels import batch_norm
+from jgsess.kernels.relu_mask import unpack
+from tests.helpers import assert_trees_close
+
+CASES = [  # (x shape, feature axis)
+    ((3, 5, 7, 12), 3),  # NHWC
+    ((3, 6, 5, 7), 1),  # NCHW
+    ((33, 5), 1),  # (batch, features)
+    ((40, 41, 9), 2),  # more than one task, rows not a multiple of 32
+]
+
+
+def rand(shape, seed):
+    """Normal samples from numpy (jax.random compiles once per shape: slow here)."""
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), jnp.float32)
+
+
+def forward_ref(*operands, **params):
+    return jax.jit(functools.partial(batch_norm.forward, **params))(*operands)
+
+
+def backward_ref(*operands, **params):
+    return jax.jit(functools.partial(batch_norm.backward, **params))(*operands)
+
+
+def static(x, axis, dtype, form="flax"):
+    return {"eps": 1e-3, "axis": axis, "form": form, "dtype": np.dtype(dtype).name}
+
+
+def bind(spec, *operands, offset=64, device=None, **params):
+    """Run `spec`'s kernel with its workspace at `offset` in a garbage-filled arena."""
+    x = operands[0 if spec in (batch_norm.FORWARD, batch_norm.ADD_FORWARD) else 1]
+    size = spec.workspace(params, [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in operands])
+    arena = jnp.full((offset + size + 64,), 255, jnp.uint8)
+    assert x.shape[params["axis"]] * 16 <= size
+    if device is not None:
+        operands, arena = jax.device_put((operands, arena), device)
+    call = functools.partial(spec.primitive.bind, aliases=(), workspace=(offset, size), **params)
+    lowered = jax.jit(lambda a, *o: call(a, *o)).lower(arena, *operands)
+    assert f"jgsess_{spec.name}" in lowered.as_text()
+    *outs, arena_out = lowered.compile()(arena, *operands)
+    arena_out = np.asarray(arena_out)
+    assert (arena_out[:offset] == 255).all() and (arena_out[offset + size :] == 255).all()
+    return outs
+
+
+def inputs(shape, axis, x_dtype=jnp.float32, seed=0):
+    channels = shape[axis]
+    x = (rand(shape, seed) * 3.0 + 2.0).astype(x_dtype)  # mean far from 0: stats must be stable
+    scale = rand((channels,), seed + 1) + 1.0
+    bias = rand((channels,), seed + 2) * 0.5
+    return x, scale, bias
+
+
+def forward_case(shape, axis, x_dtype, y_dtype, add, form="flax"):
+    x, scale, bias = inputs(shape, axis, x_dtype)
+    operands = [x, scale, bias] + ([rand(shape, 7).astype(y_dtype)] if add else [])
+    params = {**static(x, axis, y_dtype, form), "stats_shape": (shape[axis],)}
+    spec = batch_norm.ADD_FORWARD if add else batch_norm.FORWARD
+    return spec, operands, params
+
+
+TOL = {jnp.float32: 2e-5, jnp.bfloat16: 1e-2, jnp.float16: 2e-3}
+
+
+@pytest.mark.parametrize("shape, axis", CASES)
+def test_forward_matches_the_reference(shape, axis):
+    for add in (False, True):
+        spec, operands, params = forward_case(shape, axis, jnp.float32, jnp.float32, add)
+        y, mean, var, mask = bind(spec, *operands, **params)
+        ref = forward_ref(*operands, **params)
+        assert_trees_close((y, mean, var), tuple(ref[:3]), rtol=2e-5, atol=2e-5)
+        # the mask is s > 0: wherever y is not 0
+        np.testing.assert_array_equal(unpack(mask, shape), np.asarray(y) > 0)
+
+
+@pytest.mark.parametrize(
+    "x_dtype, y_dtype",
+    [
+        (jnp.bfloat16, jnp.bfloat16),
+        (jnp.bfloat16, jnp.float32),
+        (jnp.float16, jnp.float16),
+    ],
+)
+def test_forward_narrow_dtypes(x_dtype, y_dtype):
+    spec, operands, params = forward_case((4, 6, 5, 16), 3, x_dtype, y_dtype, True)
+    y, mean, var, _ = bind(spec, *operands, **params)
+    ref = forward_ref(*operands, **params)
+    assert y.dtype == ref[0].dtype == y_dtype
+    tol = max(TOL[x_dtype], TOL[y_dtype]) * 4
+    assert_trees_close((y, mean, var), tuple(ref[:3]), rtol=tol, atol=tol)
+
+
+def test_forward_statistics_are_stable():
+    # x = 3000 + small noise: flax's E[x^2] - E[x]^2 in f32 loses the variance, the kernel not
+    x = 3000.0 + rand((8, 4, 4, 8), 3) * 0.01
+    scale, bias = jnp.ones((8,)), jnp.zeros((8,))
+    params = {**static(x, 3, jnp.float32, "flax_two_pass"), "stats_shape": (8,)}
+    _, _, var, _ = bind(batch_norm.FORWARD, x, scale, bias, **params)
+    exact = np.var(np.asarray(x, np.float64), axis=(0, 1, 2))
+    np.testing.assert_allclose(var, exact, rtol=1e-3)
+
+
+def backward_case(shape, axis, x_dtype, y_dtype, add, seed=0):
+    spec, operands, params = forward_case(shape, axis, x_dtype, y_dtype, add)
+    _, mean, var, mask = forward_ref(*operands, **params)
+    dy = rand(shape, seed + 11).astype(y_dtype)
+    grad_params = {k: v for k, v in params.items() if k != "stats_shape"} | {"add": add}
+    spec = batch_norm.ADD_BACKWARD if add else batch_norm.BACKWARD
+    return spec, [dy, operands[0], operands[1], mean, var, mask], grad_params, operands
+
+
+@pytest.mark.parametrize("shape, axis", CASES)
+def test_backward_matches_the_reference(shape, axis):
+    for add in (False, True):
+        spec, operands, params, _ = backward_case(shape, axis, jnp.float32, jnp.float32, add)
+        got = bind(spec, *operands, **params)
+        ref = backward_ref(*operands, **params)
+        assert_trees_close(tuple(got), tuple(ref), rtol=5e-4, atol=5e-5)
+
+
+def test_backward_narrow_dtypes():
+    spec, operands, params, _ = backward_case((4, 6, 5, 16), 3, jnp.bfloat16, jnp.bfloat16, True)
+    got = bind(spec, *operands, **params)
+    ref = backward_ref(*operands, **params)
+    assert [g.dtype for g in got] == [r.dtype for r in ref]
+    assert_trees_close(tuple(got), tuple(ref), rtol=3e-2, atol=3e-2)
+
+
+def test_backward_is_the_derivative_of_the_forward():
+    spec, operands, params = forward_case((5, 4, 3, 6), 3, jnp.float32, jnp.float32, True)
+    dy = rand((5, 4, 3, 6), 5)
+    _, vjp = jax.vjp(lambda *o: batch_norm.forward(*o, **params)[0], *operands)
+    expected = vjp(dy)
+    _, mean, var, mask = forward_ref(*operands, **params)
+    grad_params = {k: v for k, v in params.items() if k != "stats_shape"} | {"add": True}
+    args = [dy, operands[0], operands[1], mean, var, mask]
+    got = bind(batch_norm.ADD_BACKWARD, *args, **grad_params)
+    assert_trees_close(tuple(got), tuple(expected), rtol=5e-4, atol=5e-5)
+
+
+def test_jvp_and_vmap_go_through_the_reference():
+    spec, operands, params = forward_case((4, 3, 3, 8), 3, jnp.float32, jnp.float32, False)
+    size = spec.workspace(params, operands)
+    arena = jnp.zeros((size,), jnp.uint8)
+    call = functools.partial(spec.primitive.bind, aliases=(), workspace=(0, size), **params)
+    tangents = [rand(o.shape, 20 + i) for i, o in enumerate(operands)]
+    (y, *_), (ty, *_) = jax.jvp(lambda *o: call(arena, *o), operands, tangents)
+    (ry, *_), (rty, *_) = jax.jvp(lambda *o: batch_norm.forward(*o, **params), operands, tangents)
+    assert_trees_close((y, ty), (ry, rty), rtol=2e-5, atol=2e-5)
+    xs = jnp.stack([operands[0], operands[0] * 2.0 + 1.0])
+    batched = jax.vmap(lambda x: call(arena, x, *operands[1:])[0])(xs)
+    expected = jax.vmap(lambda x: batch_norm.forward(x, *operands[1:], **params)[0])(xs)
+    assert_trees_close(batched, expected, rtol=2e-5, atol=2e-5)
+
+
+def test_workspace_size_mirrors_the_kernel():
+    aval = jax.ShapeDtypeStruct((32, 56, 56, 64), jnp.float32)
+    splits = min(64, -(-aval.size // 65536))
+    size = batch_norm.FORWARD.workspace({"axis": 3}, [aval])
+    assert size == splits * 2 * 64 * 8 + 16 * 64
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, axis", CASES + [((32, 56, 56, 64), 3), ((32, 64, 28, 28), 1)])
+@pytest.mark.parametrize("add", [False, True])
+def test_cuda_kernels_match_the_references(shape, axis, add):
+    gpu = jax.devices("gpu")[0]
+    spec, operands, params = forward_case(shape, axis, jnp.float32, jnp.float32, add)
+    got = bind(spec, *operands, device=gpu, **params)
+    ref = forward_ref(*operands, **params)
+    assert_trees_close(tuple(got[:3]), tuple(ref[:3]), rtol=2e-5, atol=2e-5)
+    np.testing.assert_array_equal(unpack(got[3], shape), np.asarray(got[0]) > 0)
+    spec, operands, params, _ = backward_case(shape, axis, jnp.bfloat16, jnp.bfloat16, add)
+    got = bind(spec, *operands, device=gpu, **params)
+    ref = backward_ref(*operands, **params)
+    assert_trees_close(tuple(got), tuple(ref), rtol=3e-2, atol=3e-2)

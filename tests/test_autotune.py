@@ -1,0 +1,115 @@
+"""Kernel selection by measurement: decisions measured once, cached on disk, shown in the
+report; the choice taken (kernel or XLA's code) gives jax.jit's numbers either way."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jgsess
+from jgsess import autotune
+from tests.helpers import assert_trees_close
+from tests.passes.test_fuse_batch_norm import Block, X, linen_step
+
+
+@pytest.fixture
+def tuning(monkeypatch, tmp_path):
+    """Measuring on, with a fresh cache file; yields the cache path."""
+    path = tmp_path / "cache" / "autotune.json"
+    monkeypatch.setenv("JGSESS_AUTOTUNE", "1")
+    monkeypatch.setenv("JGSESS_AUTOTUNE_CACHE", str(path))
+    monkeypatch.setattr(autotune, "_cache", None)
+    yield path
+    autotune._cache = None
+
+
+def fake_times(monkeypatch, kernel_s, xla_s, calls):
+    def measure(kernel, xla, operands, platform):
+        calls.append((kernel, xla))
+        return kernel_s, xla_s
+
+    monkeypatch.setattr(autotune, "measure", measure)
+
+
+def batch_norm_fusions(report):
+    return {k: v for k, v in report.fusions.items() if k.startswith("batch_norm")}
+
+
+def test_measured_once_then_cached_on_disk(tuning):
+    step, args = linen_step(Block(), X)
+    report = jgsess.jit(step).report(*args)
+    (decision,) = report.selection
+    assert decision.kernel == "batch_norm_relu+batch_norm_relu_grad" and not decision.cached
+    assert decision.kernel_s > 0 and decision.xla_s > 0
+    fused = batch_norm_fusions(report)
+    assert bool(fused) == (decision.impl == "kernel")
+    assert "measured selection" in str(report)
+    stored = json.loads(tuning.read_text())
+    assert stored[decision.key] == {"kernel_s": decision.kernel_s, "xla_s": decision.xla_s}
+    autotune._cache = None  # a new process reads the file
+    again = jgsess.jit(step).report(*args)
+    assert [m.cached for m in again.selection] == [True]
+    assert batch_norm_fusions(again) == fused
+    assert_trees_close(jgsess.jit(step)(*args), jax.jit(step)(*args), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kernel_s, xla_s", [(1.0, 2.0), (2.0, 1.0)])
+def test_the_faster_side_is_taken_and_numbers_match(tuning, monkeypatch, kernel_s, xla_s):
+    calls = []
+    fake_times(monkeypatch, kernel_s, xla_s, calls)
+    step, args = linen_step(Block(residual="left"), X, X * 0.5)
+    compiled = jgsess.jit(step)
+    report = compiled.report(*args)
+    assert len(calls) == 1
+    expected = {"batch_norm_add_relu": 1, "batch_norm_add_relu_grad": 1} if kernel_s < xla_s else {}
+    assert batch_norm_fusions(report) == expected
+    if not expected:
+        assert "not taken: 1 batch_norm_add_relu fusion(s): measured" in str(report)
+    assert_trees_close(compiled(*args), jax.jit(step)(*args), rtol=2e-5, atol=2e-5)
+
+
+def test_clear_cache_and_the_switches(tuning, monkeypatch):
+    calls = []
+    fake_times(monkeypatch, 1.0, 2.0, calls)
+    step, args = linen_step(Block(), X)
+    jgsess.jit(step).report(*args)
+    assert tuning.exists() and len(calls) == 1
+    autotune.clear_cache()
+    assert not tuning.exists()
+    jgsess.jit(step).report(*args)
+    assert len(calls) == 2
+    monkeypatch.setenv("JGSESS_AUTOTUNE", "0")
+    report = jgsess.jit(step).report(*args)
+    assert report.selection == [] and len(calls) == 2
+    monkeypatch.setenv("JGSESS_AUTOTUNE", "1")
+    monkeypatch.setenv("JGSESS_AUTOTUNE_BUDGET", "0")
+    autotune.clear_cache()
+    report = jgsess.jit(step).report(*args)
+    assert report.selection == [] and len(calls) == 2  # over budget: the cost model decides
+    assert batch_norm_fusions(report)
+
+
+def test_the_key_names_what_the_decision_depends_on():
+    aval = jax.ShapeDtypeStruct((2, 3), jnp.bfloat16)
+    key = autotune.key("momentum", "cpu", [aval], {"flags": 3})
+    for part in ("momentum", "cpu", "bfloat16[2, 3]", "flags", jax.__version__, jgsess.__version__):
+        assert part in key
+
+
+def test_measuring_a_node_against_its_reference(tuning):
+    """The generic path (select-kernels): nodes whose spec has a cost model are measured."""
+
+    def sgd(params, grads, acc):
+        acc = [0.9 * a + g for a, g in zip(acc, grads)]
+        return [p - 0.1 * a for p, a in zip(params, acc)], acc
+
+    tree = [
+        jnp.asarray(np.random.default_rng(i).standard_normal((300,)), jnp.float32) for i in range(3)
+    ]
+    report = jgsess.jit(sgd).report(tree, tree, tree)
+    assert [m.kernel for m in report.selection] == ["momentum"]
+    (choice,) = [k for k in report.kernels if k.kernel == "momentum"]
+    assert choice.impl == report.selection[0].impl and "measured" in choice.reason
+    assert_trees_close(jgsess.jit(sgd)(tree, tree, tree), jax.jit(sgd)(tree, tree, tree))
