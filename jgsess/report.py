@@ -38,6 +38,8 @@ class MemoryReport:
     plan: object
     jgsess: dict | None
     jax: dict | None
+    # (fused kernel, bytes the program kept for its backward, bytes the kernels keep)
+    residuals: list = field(default_factory=list)
 
     def __str__(self) -> str:
         p = self.plan
@@ -61,6 +63,10 @@ class MemoryReport:
                 ]
             )
             out += ["", table(["XLA memory_analysis", "jgsess.jit", "jax.jit"], rows)]
+        if self.residuals:
+            rows = [[kind, _mb(kept), _mb(fused)] for kind, kept, fused in self.residuals]
+            headers = ["residuals for the backward", "jax.jit's code", "fused (mask bits)"]
+            out += ["", table(headers, rows)]
         return "\n".join(out)
 
 
@@ -107,7 +113,8 @@ class Report:
         compiles both)."""
         fused = xla_memory(self.jitted.lower(*self.args, **self.kwargs).compile())
         plain = xla_memory(self.plain.lower(*self.args, **self.kwargs).compile())
-        return MemoryReport(self.session.notes.get("memory_plan"), fused, plain)
+        residuals = self.session.notes.get("residuals", [])
+        return MemoryReport(self.session.notes.get("memory_plan"), fused, plain, residuals)
 
     def donation_hint(self) -> str | None:
         undonated = {i for group in self.session.notes.get("undonated", []) for i in group}

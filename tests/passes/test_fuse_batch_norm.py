@@ -96,6 +96,17 @@ def test_linen_step_fires_forward_and_backward():
     check(step, args, STEP)
 
 
+def test_residuals_are_reported_beside_xla_memory_analysis():
+    step, args = linen_step(Block(), X)
+    memory = jgsess.jit(step).report(*args).memory
+    ((kind, kept, fused),) = memory.residuals
+    assert kind == "batch_norm_relu_grad"
+    # the program kept full-size values (x - mean, the ReLU's bool mask, ...); the kernels keep
+    # one bit per element and two per-channel vectors
+    assert fused == X.size // 32 * 4 + 2 * 8 * 4 and kept >= X.size * 4
+    assert "residuals for the backward" in str(memory)
+
+
 @pytest.mark.parametrize("residual", ["left", "right"])
 def test_linen_residual_add_either_order(residual):
     step, args = linen_step(Block(residual=residual), X, Z)

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import autotune
+from ... import _compat, autotune
 from ...ir import from_jaxpr
 from ...ir.graph import Graph, Node, Value
 from ...kernels import batch_norm
@@ -100,6 +100,24 @@ class _Example:
         self.anchor = self.outputs[0].producer
         self.add = add
         self.train = train
+        self.residuals = _residuals(graph) if train else []
+
+
+def _residuals(graph: Graph) -> list[Value]:
+    """The values the forward computes and the backward reads (the backward: what depends on
+    dy, the last input)."""
+    backward: set[Node] = set()
+    for node in graph.nodes:
+        if any(v is graph.inputs[-1] or v.producer in backward for v in node.inputs):
+            backward.add(node)
+    return list(
+        dict.fromkeys(
+            v
+            for node in backward
+            for v in node.inputs
+            if v.producer is not None and v.producer not in backward
+        )
+    )
 
 
 _CLEANUPS = (canonicalize.PASS, casts.PASS, transposes.PAIR_PASS, add_any.PASS, dce.PASS)
@@ -238,6 +256,10 @@ def _fuse(graph: Graph, ex: _Example, emb: Embedding, axis: int, form: str, ctx)
     _remove(graph, inside)
     for node in created:
         ctx.note("fusions", (NAME, node.op.name))
+    if ex.train:
+        kept = sum(_compat.aval_nbytes(emb.values[v].aval) for v in ex.residuals)
+        fused = sum(_compat.aval_nbytes(v.aval) for v in fwd.outputs[1:4])
+        ctx.note("residuals", (specs[1].name, kept, fused))
     return True
 
 
