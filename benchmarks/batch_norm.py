@@ -96,7 +96,10 @@ def run_shape(batch, size, channels, add, dtype, runs) -> dict:
         "shape": f"{batch}x{size}x{size}x{channels}" + (" +add" if add else ""),
         **medians,
         "fused": dict(forced_report.fusions),
-        "choices": [(k.kernel, k.impl, k.reason) for k in selected_report.kernels],
+        "choices": [
+            (m.kernel, m.impl, f"kernel {m.kernel_s * 1e3:.2f} ms, xla {m.xla_s * 1e3:.2f} ms")
+            for m in selected_report.selection
+        ],
     }
 
 
@@ -121,7 +124,7 @@ def main() -> None:
             flush=True,
         )
         for kernel, impl, reason in r["choices"]:
-            print(f"    selection: {kernel:<26} -> {impl:<6} ({reason})", flush=True)
+            print(f"    selection: {kernel:<46} -> {impl:<6} ({reason})", flush=True)
     total = {k: sum(r[k] for r in rows) for k in ("jax.jit", "kernel", "selected")}
     print(
         f"{'total':<22} {total['jax.jit'] * 1e3:8.2f}ms {total['kernel'] * 1e3:8.2f}ms "
