@@ -30,7 +30,6 @@ from ..ir.graph import Graph, Node, Value
 from .matcher import same_value
 from .pat import COMMUTATIVE
 
-_IGNORED_PARAMS = frozenset({"sharding", "out_sharding"})
 _RESHAPES = frozenset({"reshape", "broadcast_in_dim", "squeeze", "expand_dims", "reduce_sum"})
 _MAX_STEPS = 20000
 
@@ -71,7 +70,7 @@ def _same_op(e: Node, p: Node) -> bool:
             return True
         if e.name != p.name:
             return False
-    keys = (set(e.params) | set(p.params)) - _IGNORED_PARAMS
+    keys = {k for k in (*e.params, *p.params) if "shard" not in k}  # shardings aside
     return all(_same_param(e.params.get(k), p.params.get(k)) for k in keys)
 
 

@@ -17,12 +17,9 @@ constexpr int kLanes = 8;      // channels-last: 32 channels x 8 rows per block
 
 __device__ __forceinline__ float RoundTo(Elem type, float v) {
   switch (type) {
-    case Elem::kBF16:
-      return __bfloat162float(__float2bfloat16_rn(v));
-    case Elem::kF16:
-      return __half2float(__float2half_rn(v));
-    default:
-      return v;
+    case Elem::kBF16: return __bfloat162float(__float2bfloat16_rn(v));
+    case Elem::kF16: return __half2float(__float2half_rn(v));
+    default: return v;
   }
 }
 

@@ -44,7 +44,6 @@ from ...patterns.embed import Embedding, embed
 from .. import add_any, canonicalize, casts, dce, transposes
 from ..manager import Context, Pass
 from ..select import available
-from . import engine
 
 NAME = "fuse-batch-norm-relu"
 # eps stands for any literal: the examples are traced with this one
@@ -196,11 +195,20 @@ def _constant(node: Node, memo: dict) -> bool:
 
 
 def _self_contained(graph: Graph, ex: _Example, emb: Embedding) -> bool:
-    """The driver's check, leaving out nodes that only compute constants (they may be shared:
-    they stay where still read)."""
+    """Nothing inside the match is read outside it but its results; nodes that only compute
+    constants may be shared (they stay where still read)."""
+    inside = set(emb.nodes.values())
+    results = {emb.values[v] for v in ex.outputs}
     memo: dict = {}
-    nodes = [n for n in emb.nodes.values() if not _constant(n, memo)]
-    return engine._self_contained(graph, nodes, [emb.values[v] for v in ex.outputs])
+    for node in inside:
+        if _constant(node, memo):
+            continue
+        for value in node.outputs:
+            if value not in results and (
+                graph.output_uses(value) or any(u not in inside for u in value.users)
+            ):
+                return False
+    return True
 
 
 def _reaches(values: list[Value], nodes: set[Node], stops: set[Value]) -> bool:
