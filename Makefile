@@ -1,18 +1,28 @@
-# Two commands: `make demo` and `make test`. Both create .venv if missing and build jgsess there.
+# `make demo` and `make test` create .venv if missing and build jgsess there; `make lint` checks
+# the Python (ruff) and C++/CUDA (clang-format) style; `make test-oldest-jax` runs the tests on
+# the oldest jax jgsess supports. .ci/run is all of them.
 PYTHON ?= python3
 VENV ?= .venv
+JAX ?= jax>=0.7
+# the oldest jax jgsess supports (pyproject.toml: jax>=0.7), tested in a copy of the tree
+TESTS ?= tests
+OLDEST_JAX ?= jax==0.7.2 jaxlib==0.7.2
+OLDEST_DIR ?= .ci/oldest-jax
+OLDEST_TESTS ?= tests
+LINT_TOOLS := ruff==0.17.6 clang-format==23.1.5
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.jgsess-built
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f)
+CSRC := $(shell find csrc -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh')
 
-.PHONY: demo test build bench clean
+.PHONY: demo test build bench lint test-oldest-jax clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(PY) $(SOURCES)
-	$(PY) -m pip install --quiet --disable-pip-version-check "setuptools>=64" wheel "pybind11>=2.12" "jax>=0.7"
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation -e ".[test,demo]"
+	$(PY) -m pip install --quiet --disable-pip-version-check "setuptools>=64" wheel "pybind11>=2.12" $(JAX)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation -e ".[test,demo]" $(JAX)
 	touch $(STAMP)
 
 build: $(STAMP)
@@ -21,10 +31,21 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(TESTS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/optimizer_step.py
 
+lint: $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(LINT_TOOLS)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/clang-format --dry-run -Werror $(CSRC)
+
+test-oldest-jax:
+	.ci/copy-tree $(OLDEST_DIR)/src
+	JGSESS_CUDA=0 $(MAKE) -C $(OLDEST_DIR)/src test VENV=$(abspath $(OLDEST_DIR))/venv \
+		JAX="$(OLDEST_JAX)" TESTS="$(OLDEST_TESTS)"
+
 clean:
-	rm -rf build *.egg-info jgsess/_C*.so
+	rm -rf build *.egg-info jgsess/_C*.so $(OLDEST_DIR)

@@ -1,12 +1,17 @@
 """Builds jgsess._C: the C++ kernels (always) and the CUDA kernels (when nvcc is there).
 
 JGSESS_CUDA=auto (default) builds the CUDA kernels if nvcc is found, =1 requires them, =0 skips
-them. The FFI headers come from the installed jaxlib (jax.ffi.include_dir()), so build without
-isolation: pip install --no-build-isolation -e .
+them. JGSESS_MARCH=native (or any -march value) tunes the C++ kernels for one CPU family; by
+default they run on any x86-64 / aarch64 machine. The FFI headers come from the installed jaxlib
+(jax.ffi.include_dir()), so build without isolation: pip install --no-build-isolation -e .
+
+Needs a C++ compiler with C++20 and `_Float16` (GCC 12+, Clang 15+) and, for the CUDA kernels,
+CUDA 12.1+ (kernel arguments up to 32 KB: the tensor tables travel by value).
 """
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,9 +21,9 @@ from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
 
 CUDA_ARCHS = ("80", "90")
+MIN_GCC, MIN_CLANG, MIN_CUDA = (12,), (15,), (12, 1)
 CXX_FLAGS = [
     "-O3",
-    "-march=native",
     "-fopenmp-simd",
     "-ffp-contract=off",
     "-fno-math-errno",
@@ -54,6 +59,48 @@ def cudart_dir(nvcc: str) -> str:
     sys.exit(f"nvcc at {nvcc}, but no libcudart_static.a next to it (set CUDA_HOME)")
 
 
+def march_flags() -> list[str]:
+    """-march=<JGSESS_MARCH> when asked for (native: this machine's CPU); none by default."""
+    march = os.environ.get("JGSESS_MARCH", "").strip()
+    return [f"-march={march}"] if march else []
+
+
+def _version(text: str) -> tuple[int, ...]:
+    found = re.search(r"(\d+)\.(\d+)", text)
+    return tuple(int(x) for x in found.groups()) if found else (0,)
+
+
+def check_cxx(compiler: list[str]) -> None:
+    """Exits with a clear message if the C++ compiler is too old for the kernels."""
+    out = subprocess.run([*compiler, "--version"], capture_output=True, text=True).stdout
+    first = out.splitlines()[0] if out else compiler[0]
+    if "clang" in out.lower():
+        name, minimum = "Clang", MIN_CLANG
+    elif "g++" in out or "gcc" in out.lower() or "Free Software Foundation" in out:
+        name, minimum = "GCC", MIN_GCC
+    else:
+        return  # an unknown compiler: let it try
+    version = _version(first)
+    if version < minimum:
+        sys.exit(
+            f"jgsess needs {name} {'.'.join(map(str, minimum))} or newer (C++20 and _Float16); "
+            f"found {first!r}. Set CXX/CC to a newer compiler."
+        )
+
+
+def check_nvcc(nvcc: str) -> None:
+    """Exits with a clear message if the CUDA toolkit is too old for the kernels."""
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"release (\d+)\.(\d+)", out)
+    version = tuple(int(x) for x in found.groups()) if found else (0,)
+    if version < MIN_CUDA:
+        sys.exit(
+            f"jgsess's CUDA kernels need CUDA {'.'.join(map(str, MIN_CUDA))} or newer (kernel "
+            f"arguments up to 32 KB); {nvcc} is {'.'.join(map(str, version))}. "
+            "Set CUDA_HOME to a newer toolkit, or JGSESS_CUDA=0 to build without CUDA."
+        )
+
+
 def cuda_wanted(nvcc: str | None) -> bool:
     mode = os.environ.get("JGSESS_CUDA", "auto").strip().lower()
     if mode in ("0", "off", "false", "no"):
@@ -67,8 +114,12 @@ class BuildExt(build_ext):
     """build_ext that first compiles csrc/**/*.cu with nvcc and links the objects in."""
 
     def build_extensions(self):
+        check_cxx(self.compiler.compiler_so[:1])
+        for ext in self.extensions:
+            ext.extra_compile_args += march_flags()
         nvcc = find_nvcc()
         if cuda_wanted(nvcc):
+            check_nvcc(nvcc)
             ext = self.extensions[0]
             ext.extra_objects += self.compile_cuda(nvcc)
             ext.define_macros.append(("JGSESS_WITH_CUDA", "1"))

@@ -87,9 +87,8 @@ void RunMultiTensor(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kO
         }
       }
       for (int k = 0; k < kOut; ++k) {
-        out[k] = slots.out_type[k] == DataType::F32
-                     ? static_cast<float*>(slots.out[k]) + begin
-                     : scratch.data() + (kIn + k) * kCpuChunk;
+        out[k] = slots.out_type[k] == DataType::F32 ? static_cast<float*>(slots.out[k]) + begin
+                                                    : scratch.data() + (kIn + k) * kCpuChunk;
       }
       body(in, out, n);
       for (int k = 0; k < kOut; ++k) {

@@ -36,11 +36,11 @@ inline ffi::Unexpected<ffi::Error> Invalid(const char* kernel, const std::string
 // Declares a kernel's handlers <name>Cpu and <name>Cuda (in its header). Without the CUDA
 // kernels, <name>Cuda is a null stand-in, so registrations.cc reads the same either way.
 #if defined(JGSESS_WITH_CUDA)
-#define JGSESS_DECLARE_HANDLERS(name)         \
+#define JGSESS_DECLARE_HANDLERS(name)        \
   XLA_FFI_DECLARE_HANDLER_SYMBOL(name##Cpu); \
   XLA_FFI_DECLARE_HANDLER_SYMBOL(name##Cuda)
 #else
-#define JGSESS_DECLARE_HANDLERS(name)         \
+#define JGSESS_DECLARE_HANDLERS(name)        \
   XLA_FFI_DECLARE_HANDLER_SYMBOL(name##Cpu); \
   constexpr XLA_FFI_Handler* name##Cuda = nullptr
 #endif

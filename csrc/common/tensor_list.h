@@ -89,9 +89,9 @@ inline ffi::Error CheckFloat(const char* kernel, const Buffer& b, int64_t size, 
 // null). `f32_in` / `f32_out` are bit masks of slots that must hold f32 (optimizer state).
 template <int kIn, int kOut>
 ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kernel, Args& args,
-                                                                 size_t first, Rets* rets,
-                                                                 unsigned f32_in = 0,
-                                                                 unsigned f32_out = 0) {
+                                                               size_t first, Rets* rets,
+                                                               unsigned f32_in = 0,
+                                                               unsigned f32_out = 0) {
   if (args.size() < first) return Invalid(kernel, "too few operands");
   const size_t operands = args.size() - first, results = rets ? rets->size() : 0;
   if (operands % kIn != 0 || results * kIn != operands * kOut) {

@@ -15,8 +15,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "common/ffi.h"
 #include "common/dispatch.h"
+#include "common/ffi.h"
 #include "common/host_device.h"
 #include "common/tensor_list.h"
 
@@ -36,7 +36,7 @@ struct AdamwHyper {
   float b1, omb1, b2, omb2;  // omb = 1 - b
   float bc1, bc2;            // bias corrections 1 - b^t
   float eps, eps_root, wd, lr;
-  float keep, norm, clip;    // keep: 1 where the global norm needs no clip
+  float keep, norm, clip;  // keep: 1 where the global norm needs no clip
 };
 
 template <int64_t kFlags>
@@ -67,7 +67,6 @@ template <typename F>
 ffi::Error DispatchAdamwFlags(int64_t flags, F&& f) {
   return DispatchFlags<32>(flags, "adamw", std::forward<F>(f));
 }
-
 
 // The binding the CPU and CUDA handlers share; Platform is the handler's context: XLA's thread
 // pool (CPU) or the CUDA stream.

@@ -11,13 +11,12 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
   auto hyper = ParseHyper<AdamwHyper>("adamw", args);
   if (hyper.has_error()) return hyper.error();
   // p, g, m, v -> p', m', v'; the moments stay f32
-  auto tensors =
-      ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
+  auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
   if (tensors.has_error()) return tensors.error();
   const AdamwHyper h = LoadHyper(*hyper);
   return DispatchAdamwFlags(flags, [&]<int64_t kFlags>() {
     RunMultiTensor<4, 3>(pool, *tensors, [&](const float* const* in, float* const* out, int64_t n) {
-      // outputs may be their operands (in place); element i touches index i only
+    // outputs may be their operands (in place); element i touches index i only
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) {
         AdamwElement<kFlags>(h, in[0][i], in[1][i], in[2][i], in[3][i], &out[0][i], &out[1][i],

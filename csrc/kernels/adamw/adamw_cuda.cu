@@ -22,8 +22,9 @@ __global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
   float* v_out = static_cast<float*>(table.ptr[6][t]);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     float p_new;
-    AdamwElement<kFlags>(h, LoadF32(table.ptr[0][t], p_type, i), LoadF32(table.ptr[1][t], g_type, i),
-                         m[i], v[i], &p_new, &m_out[i], &v_out[i]);
+    AdamwElement<kFlags>(h, LoadF32(table.ptr[0][t], p_type, i),
+                         LoadF32(table.ptr[1][t], g_type, i), m[i], v[i], &p_new, &m_out[i],
+                         &v_out[i]);
     StoreF32(table.ptr[4][t], out_type, i, p_new);
   }
 }
@@ -31,8 +32,7 @@ __global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
 ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flags) {
   auto hyper = ParseHyper<AdamwHyper>("adamw", args);
   if (hyper.has_error()) return hyper.error();
-  auto tensors =
-      ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
+  auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = cudaSuccess;
   ffi::Error status = DispatchAdamwFlags(flags, [&]<int64_t kFlags>() {

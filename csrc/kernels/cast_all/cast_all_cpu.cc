@@ -23,5 +23,5 @@ ffi::Error CastAllCpuImpl(ffi::ThreadPool pool, Args args, Rets rets) {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CastAllCpu, jgsess::CastAllCpuImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::ThreadPool>()
-                                  .RemainingArgs()   // x per tensor
+                                  .RemainingArgs()    // x per tensor
                                   .RemainingRets());  // y per tensor

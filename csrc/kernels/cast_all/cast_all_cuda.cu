@@ -32,6 +32,6 @@ ffi::Error CastAllCudaImpl(cudaStream_t stream, Args args, Rets rets) {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CastAllCuda, jgsess::CastAllCudaImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .RemainingArgs()  // x per tensor
+                                  .RemainingArgs()   // x per tensor
                                   .RemainingRets(),  // y per tensor
                               jgsess::kGraphSafe);

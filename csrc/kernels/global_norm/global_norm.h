@@ -22,8 +22,8 @@ inline int64_t NormItems(int64_t size) { return (size + kNormChunk - 1) / kNormC
 
 struct NormCall {
   std::vector<TensorSlots<1, 0>> tensors;
-  int64_t items;      // chunks over all tensors: one partial sum each
-  char* workspace;    // in the arena result
+  int64_t items;    // chunks over all tensors: one partial sum each
+  char* workspace;  // in the arena result
 };
 
 // The operand checker the CPU and CUDA handlers share: every x_i f32, bf16 or f16; the arena
@@ -42,7 +42,8 @@ inline ffi::ErrorOr<NormCall> ParseNorm(const Buffer& arena, Args& args, Buffer&
   if (offset < 0 || offset % 4 != 0 || offset > bytes || items * bytes_per_item > bytes - offset) {
     return Invalid("global_norm", "the workspace does not fit the arena");
   }
-  return NormCall{std::move(*tensors), items, static_cast<char*>(arena_out.untyped_data()) + offset};
+  return NormCall{std::move(*tensors), items,
+                  static_cast<char*>(arena_out.untyped_data()) + offset};
 }
 
 }  // namespace jgsess

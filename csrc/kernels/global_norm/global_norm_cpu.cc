@@ -70,8 +70,8 @@ ffi::Error GlobalNormCpuImpl(ffi::ThreadPool pool, Buffer arena, Args args,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GlobalNormCpu, jgsess::GlobalNormCpuImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::ThreadPool>()
-                                  .Arg<jgsess::Buffer>()                        // arena
-                                  .RemainingArgs()                              // x per tensor
+                                  .Arg<jgsess::Buffer>()                     // arena
+                                  .RemainingArgs()                           // x per tensor
                                   .Ret<xla::ffi::BufferR0<xla::ffi::F32>>()  // the norm
-                                  .Ret<jgsess::Buffer>()                        // arena (aliased)
+                                  .Ret<jgsess::Buffer>()                     // arena (aliased)
                                   .Attr<int64_t>("workspace_offset"));

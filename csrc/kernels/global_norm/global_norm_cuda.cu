@@ -61,8 +61,8 @@ ffi::Error GlobalNormCudaImpl(cudaStream_t stream, Buffer arena, Args args,
   float* partial = reinterpret_cast<float*>(call->workspace);
   float* starts = partial + call->items;
   int64_t base = 0;
-  cudaError_t err = MultiTensorApply<1, 0, 256, 320>(
-      call->tensors, [&](const NormTable& table, int blocks) {
+  cudaError_t err =
+      MultiTensorApply<1, 0, 256, 320>(call->tensors, [&](const NormTable& table, int blocks) {
         PartialSums<<<blocks, kCudaBlock, 0, stream>>>(table, partial, starts, base);
         base += blocks;
       });
@@ -77,9 +77,9 @@ ffi::Error GlobalNormCudaImpl(cudaStream_t stream, Buffer arena, Args args,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GlobalNormCuda, jgsess::GlobalNormCudaImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<jgsess::Buffer>()                        // arena
-                                  .RemainingArgs()                              // x per tensor
+                                  .Arg<jgsess::Buffer>()                     // arena
+                                  .RemainingArgs()                           // x per tensor
                                   .Ret<xla::ffi::BufferR0<xla::ffi::F32>>()  // the norm
-                                  .Ret<jgsess::Buffer>()                        // arena (aliased)
+                                  .Ret<jgsess::Buffer>()                     // arena (aliased)
                                   .Attr<int64_t>("workspace_offset"),
                               jgsess::kGraphSafe);

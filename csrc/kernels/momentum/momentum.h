@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "common/ffi.h"
 #include "common/dispatch.h"
+#include "common/ffi.h"
 #include "common/host_device.h"
 #include "common/tensor_list.h"
 
@@ -55,7 +55,6 @@ template <typename F>
 ffi::Error DispatchMomentumFlags(int64_t flags, F&& f) {
   return DispatchFlags<16>(flags, "momentum", std::forward<F>(f));
 }
-
 
 // The binding the CPU and CUDA handlers share; Platform is the handler's context: XLA's thread
 // pool (CPU) or the CUDA stream.

@@ -49,7 +49,8 @@ inline ffi::ErrorOr<ReluOperands> ParseRelu(const char* kernel, Args& args, size
       static_cast<int64_t>(result.element_count()) != ops.size) {
     return Invalid(kernel, "the result differs from the operands in dtype or size");
   }
-  if (mask_words != MaskWords(ops.size)) return Invalid(kernel, "the mask does not fit the operands");
+  if (mask_words != MaskWords(ops.size))
+    return Invalid(kernel, "the mask does not fit the operands");
   return ops;
 }
 

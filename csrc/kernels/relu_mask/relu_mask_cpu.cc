@@ -12,7 +12,8 @@ namespace {
 
 // s[0, n) = operand(s) [begin, begin + n), in f32
 void Load(const ReluOperands& ops, int64_t begin, int64_t n, float* s, float* scratch) {
-  for (int k = 0; k < ops.count; ++k) LoadF32(ops.type, ops.data[k], begin, n, k == 0 ? s : scratch);
+  for (int k = 0; k < ops.count; ++k)
+    LoadF32(ops.type, ops.data[k], begin, n, k == 0 ? s : scratch);
   if (ops.count == 2) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) s[i] = s[i] + scratch[i];
@@ -44,8 +45,7 @@ ffi::Error ReluMaskCpuImpl(ffi::ThreadPool pool, Args args, ffi::Result<Buffer> 
 
 ffi::Error ReluMaskGradCpuImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> mask, Args args,
                                ffi::Result<Buffer> dx) {
-  auto ops =
-      ParseRelu("relu_mask_grad", args, 0, *dx, static_cast<int64_t>(mask.element_count()));
+  auto ops = ParseRelu("relu_mask_grad", args, 0, *dx, static_cast<int64_t>(mask.element_count()));
   if (ops.has_error()) return ops.error();
   const int64_t n = ops->size;
   const uint32_t* words = mask.typed_data();
@@ -67,13 +67,13 @@ ffi::Error ReluMaskGradCpuImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> mask,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskCpu, jgsess::ReluMaskCpuImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::ThreadPool>()
-                                  .RemainingArgs()                          // x, or a and b
-                                  .Ret<jgsess::Buffer>()                    // y
+                                  .RemainingArgs()                           // x, or a and b
+                                  .Ret<jgsess::Buffer>()                     // y
                                   .Ret<xla::ffi::Buffer<xla::ffi::U32>>());  // mask
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskGradCpu, jgsess::ReluMaskGradCpuImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::ThreadPool>()
                                   .Arg<xla::ffi::Buffer<xla::ffi::U32>>()  // mask
-                                  .RemainingArgs()                          // dy, or dy1 and dy2
-                                  .Ret<jgsess::Buffer>());                  // dx
+                                  .RemainingArgs()                         // dy, or dy1 and dy2
+                                  .Ret<jgsess::Buffer>());                 // dx

@@ -45,15 +45,13 @@ ffi::Error ReluMaskCudaImpl(cudaStream_t stream, Args args, ffi::Result<Buffer> 
 
 ffi::Error ReluMaskGradCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> mask, Args args,
                                 ffi::Result<Buffer> dx) {
-  auto ops =
-      ParseRelu("relu_mask_grad", args, 0, *dx, static_cast<int64_t>(mask.element_count()));
+  auto ops = ParseRelu("relu_mask_grad", args, 0, *dx, static_cast<int64_t>(mask.element_count()));
   if (ops.has_error()) return ops.error();
   const int64_t n = ops->size;
   if (n > 0) {
     const int64_t blocks = (n + kThreads - 1) / kThreads;
-    ReluMaskGradKernel<<<blocks, kThreads, 0, stream>>>(mask.typed_data(), ops->data[0],
-                                                        ops->data[1], ElemOf(ops->type), n,
-                                                        dx->untyped_data());
+    ReluMaskGradKernel<<<blocks, kThreads, 0, stream>>>(
+        mask.typed_data(), ops->data[0], ops->data[1], ElemOf(ops->type), n, dx->untyped_data());
   }
   return CudaStatus("relu_mask_grad");
 }
@@ -64,8 +62,8 @@ ffi::Error ReluMaskGradCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> mask,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskCuda, jgsess::ReluMaskCudaImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .RemainingArgs()                         // x, or a and b
-                                  .Ret<jgsess::Buffer>()                   // y
+                                  .RemainingArgs()                          // x, or a and b
+                                  .Ret<jgsess::Buffer>()                    // y
                                   .Ret<xla::ffi::Buffer<xla::ffi::U32>>(),  // mask
                               jgsess::kGraphSafe);
 
@@ -73,6 +71,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskGradCuda, jgsess::ReluMaskGradCudaImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<xla::ffi::Buffer<xla::ffi::U32>>()  // mask
-                                  .RemainingArgs()                          // dy, or dy1 and dy2
-                                  .Ret<jgsess::Buffer>(),                   // dx
+                                  .RemainingArgs()                         // dy, or dy1 and dy2
+                                  .Ret<jgsess::Buffer>(),                  // dx
                               jgsess::kGraphSafe);
