@@ -3,7 +3,7 @@
 # the oldest jax jgsess supports. .ci/run is all of them.
 PYTHON ?= python3
 VENV ?= .venv
-JAX ?= jax>=0.7
+JAX ?= "jax>=0.7"
 # the oldest jax jgsess supports (pyproject.toml: jax>=0.7), tested in a copy of the tree
 TESTS ?= tests
 OLDEST_JAX ?= jax==0.7.2 jaxlib==0.7.2

@@ -157,7 +157,7 @@ def main() -> None:
                 f"    selection: {m.kernel:<46} -> {m.impl:<6} kernel {m.kernel_s * 1e3:.3f} ms,"
                 f" xla {m.xla_s * 1e3:.3f} ms"
             )
-        declined = report.session.notes.get("declined", [])
+        declined = report.session.record.declined
         if declined:
             print(f"    not taken: {len(declined)} ({declined[0][2]} ...)")
 

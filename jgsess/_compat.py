@@ -1,7 +1,10 @@
-"""The one place that knows how jax versions differ.
+"""The one place that knows jax's vocabulary and how jax versions differ.
 
 Everything jgsess needs from jax's jaxpr machinery goes through here, so a jax release that moves
-a name means one edit. Only public modules are used: `jax.extend.core`, `jax.ffi`,
+or renames something means one edit: the classes, the names of the call-like primitives and
+of their params (nested `jit`, custom derivatives), the params that change between releases
+(`out_dtype`, `sharding`, ...). Sub-jaxprs are found by type. No other module names these
+(tests/test_vocabulary.py). Only public modules are used: `jax.extend.core`, `jax.ffi`,
 `jax.interpreters.{ad,batching,mlir}`.
 """
 
@@ -80,9 +83,99 @@ def bind(primitive, params: dict, invals) -> list:
     return list(outs) if primitive.multiple_results else [outs]
 
 
+# ---- equations that call other jaxprs -------------------------------------------------------
+
+_JIT = frozenset({"jit", "pjit"})  # nested jax.jit calls ("pjit" in older releases)
+JIT_BODY = "jaxpr"  # the param holding a nested jit's ClosedJaxpr
+COND_BRANCHES = "branches"  # the param holding cond's branches (operand 0 is the index)
+# custom-derivative calls -> the param holding the body they call
+_REGION_BODIES = {
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+}
+# the placeholder a nested jit's params hold for a sharding it leaves unspecified, by type
+_UNSPECIFIED = type(
+    jax.make_jaxpr(jax.jit(lambda x: x))(np.float32(0)).eqns[0].params["in_shardings"][0]
+)
+
+
+def is_jit(name: str) -> bool:
+    return name in _JIT
+
+
+def plain_jit_body(name: str, params: dict):
+    """The body of a nested jit that carries no sharding, layout or compiler options (it can
+    be inlined), else None."""
+    if name not in _JIT:
+        return None
+    plain = (
+        all(is_unspecified(s) for s in params.get("in_shardings", ()))
+        and all(is_unspecified(s) for s in params.get("out_shardings", ()))
+        and all(layout is None for layout in params.get("in_layouts", ()))
+        and all(layout is None for layout in params.get("out_layouts", ()))
+        and not params.get("compiler_options_kvs")
+    )
+    return params[JIT_BODY] if plain else None
+
+
+def region_body(name: str, params: dict):
+    """The body a custom_jvp / custom_vjp call calls, else None."""
+    key = _REGION_BODIES.get(name)
+    return params[key] if key else None
+
+
+def sub_jaxprs(name: str, params: dict) -> dict:
+    """param -> ClosedJaxpr or tuple of ClosedJaxprs, for the params that hold them (by type),
+    and a `shard_map` body (an open Jaxpr) where `shard_map_call` can rebuild the call."""
+    found = {}
+    for key, value in params.items():
+        if isinstance(value, ClosedJaxpr):
+            found[key] = value
+        elif isinstance(value, tuple) and value and all(isinstance(v, ClosedJaxpr) for v in value):
+            found[key] = value
+        elif isinstance(value, Jaxpr) and is_shard_map(name) and can_rebuild_shard_map(params):
+            found[key] = value
+    return found
+
+
+def is_shard_map(name: str) -> bool:
+    return name == "shard_map"
+
+
+SHARD_MAP_BODY = "jaxpr"
+
+
+def call_name(primitive, params: dict) -> str:
+    """The user's name for a custom-derivative call (the function's), else the primitive's."""
+    return params.get("name", primitive.name)
+
+
+def is_opaque_param(value) -> bool:
+    """Params that are functions (custom rules, jax's wrapped functions): not worth printing."""
+    return callable(value) or hasattr(value, "call_wrapped")
+
+
 def is_unspecified(sharding) -> bool:
-    """True for the placeholder jax uses when a nested jit leaves a sharding unspecified."""
-    return sharding is None or type(sharding).__name__ == "UnspecifiedValue"
+    """True where a nested jit leaves a sharding unspecified."""
+    return sharding is None or isinstance(sharding, _UNSPECIFIED)
+
+
+# ---- params that differ between releases --------------------------------------------------------
+
+SAME_DTYPE = {"out_dtype": None}  # match an op that keeps its operands' dtype (newer jax)
+# params that depend on the shapes an op was traced with, not on what it computes
+SHAPE_PARAMS = frozenset({"shape", "broadcast_dimensions", "sharding", "out_sharding"})
+
+
+def convert_dtype(params: dict):
+    """The dtype a convert_element_type converts to."""
+    return params.get("new_dtype")
+
+
+def convert_is_plain(params: dict) -> bool:
+    """A convert_element_type that does not also place its result on a sharding."""
+    return params.get("sharding") is None
 
 
 def literal_value(lit):

@@ -87,16 +87,16 @@ class Report:
     @property
     def fusions(self) -> Counter:
         """Fused node kind -> how many the pipeline created."""
-        return Counter(kind for _, kind in self.session.notes.get("fusions", []))
+        return Counter(kind for _, kind in self.session.record.fusions)
 
     @property
     def kernels(self) -> list:
-        return self.session.notes.get("kernels", [])
+        return self.session.record.kernels
 
     @property
     def selection(self) -> list:
         """The decisions `jgsess.autotune` measured (or found cached), one per key."""
-        return list({m.key: m for m in self.session.notes.get("autotune", [])}.values())
+        return list({m.key: m for m in self.session.record.autotune}.values())
 
     @property
     def fallback(self) -> str | None:
@@ -113,11 +113,11 @@ class Report:
         compiles both)."""
         fused = xla_memory(self.jitted.lower(*self.args, **self.kwargs).compile())
         plain = xla_memory(self.plain.lower(*self.args, **self.kwargs).compile())
-        residuals = self.session.notes.get("residuals", [])
-        return MemoryReport(self.session.notes.get("memory_plan"), fused, plain, residuals)
+        residuals = self.session.record.residuals
+        return MemoryReport(self.session.record.memory_plan, fused, plain, residuals)
 
     def donation_hint(self) -> str | None:
-        undonated = {i for group in self.session.notes.get("undonated", []) for i in group}
+        undonated = {i for group in self.session.record.undonated for i in group}
         if not undonated:
             return None
         return (
@@ -151,7 +151,7 @@ class Report:
                 for m in self.selection
             ]
             out += ["", table(["measured selection", "chose", "kernel", "xla", "source"], rows)]
-        plan = s.notes.get("memory_plan")
+        plan = s.record.memory_plan
         if plan is not None:
             out += [
                 "",
@@ -161,7 +161,7 @@ class Report:
         hint = self.donation_hint()
         if hint:
             out += ["", "hint: " + hint]
-        declined = s.notes.get("declined", [])
+        declined = s.record.declined
         if declined:
             kinds = Counter(kind for _, kind, _ in declined)
             for kind, n in sorted(kinds.items()):

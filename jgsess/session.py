@@ -16,7 +16,7 @@ import jax
 from . import _config
 from .emit import to_closed_jaxpr
 from .ir import from_jaxpr, graph_text
-from .passes.manager import Context, PassRecord, run_pipeline
+from .passes.manager import CompileRecord, Context, PassRecord, run_pipeline
 from .passes.pipeline import default_pipeline
 
 _dump_counter = itertools.count()
@@ -29,7 +29,7 @@ class Session:
     name: str
     platform: str
     records: list[PassRecord] = field(default_factory=list)
-    notes: dict = field(default_factory=dict)
+    record: CompileRecord = field(default_factory=CompileRecord)
     fallback: str | None = None
     graph: str = ""
     # the pipeline's own time: "trace" (to a jaxpr), "passes", "emit" (back to a jaxpr)
@@ -60,7 +60,7 @@ def compile_jaxpr(closed, *, name: str, donated, platform: str | None = None, pl
         name,
         platform,
         records,
-        ctx.notes,
+        ctx.record,
         None,
         graph_text(graph) if plan else "",
         {"passes": emitting - start, "emit": done - emitting},

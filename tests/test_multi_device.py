@@ -13,7 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_sharded_programs_on_four_devices():
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/multi_device/cases.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/multi_device/cases.py",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

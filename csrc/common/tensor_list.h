@@ -121,4 +121,17 @@ ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kerne
   return tensors;
 }
 
+// The binding of a multi-tensor kernel with a `flags` attribute (adamw, momentum), shared by the
+// CPU and CUDA handlers: the hyper-parameters, then the tensors' operands, as the remaining
+// operands; the tensors' results as the remaining results. Platform is the handler's context:
+// XLA's thread pool (CPU) or the CUDA stream.
+template <typename Platform>
+auto MultiTensorBinding() {
+  return xla::ffi::Ffi::Bind()
+      .Ctx<Platform>()
+      .RemainingArgs()
+      .RemainingRets()
+      .template Attr<int64_t>("flags");
+}
+
 }  // namespace jgsess

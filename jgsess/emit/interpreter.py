@@ -40,9 +40,15 @@ def emit(graph: Graph, args) -> list:
             if arena is None and node.params.get("workspace") and node.params["impl"] == "kernel":
                 arena = jnp.zeros((graph.arena_bytes,), jnp.uint8)
             outs, arena = node.op.apply(invals, node.params, arena)
-        elif node.name == "shard_map" and changed_deep(node.subgraphs["jaxpr"]):
-            body = node.subgraphs["jaxpr"]
-            outs = _compat.shard_map_call(node.params, lambda *xs: emit(body, xs), invals)
+        elif _compat.is_shard_map(node.name) and changed_deep(
+            node.subgraphs[_compat.SHARD_MAP_BODY]
+        ):
+            body = node.subgraphs[_compat.SHARD_MAP_BODY]
+            outs = _compat.shard_map_call(
+                node.params,
+                lambda *xs: emit(body, xs),  # noqa: B023 - called here, in this iteration
+                invals,
+            )
         else:
             outs = _compat.bind(node.op, _params_with_subgraphs(node), invals)
         for value, out in zip(node.outputs, outs):

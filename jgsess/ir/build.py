@@ -8,40 +8,15 @@
 Nested `jit` calls are inlined when they carry no sharding, layout or compiler options;
 `custom_jvp_call` / `custom_vjp_call` bodies are inlined as regions (see `graph.Region`) when
 every output is computed inside them.
-Sub-jaxprs of `cond`, `while`, `scan` and of a `jit` kept whole become sub-graphs that the passes
-optimize too. Other primitives with sub-jaxprs pass through untouched.
+Sub-jaxprs (params holding ClosedJaxprs, found by type: `cond`, `while`, `scan`, a `jit` kept
+whole, ...) become sub-graphs that the passes optimize too; the bodies of custom-derivative
+calls that are not inlined pass through untouched. `_compat` knows which primitive is which.
 """
 
 from __future__ import annotations
 
 from .. import _compat
 from .graph import Graph, Node, Region, Value
-
-# primitive name -> params holding ClosedJaxprs that become sub-graphs
-SUBGRAPH_PARAMS = {
-    "cond": ("branches",),
-    "while": ("cond_jaxpr", "body_jaxpr"),
-    "scan": ("jaxpr",),
-    "jit": ("jaxpr",),
-    "pjit": ("jaxpr",),
-    "shard_map": ("jaxpr",),  # an open Jaxpr; only where _compat can rebuild the call
-}
-# primitive name -> the param holding the body that is inlined as a region
-REGION_BODIES = {
-    "custom_jvp_call": "call_jaxpr",
-    "custom_vjp_call": "call_jaxpr",
-    "custom_vjp_call_jaxpr": "fun_jaxpr",
-}
-
-
-def _inlinable_jit(params: dict) -> bool:
-    return (
-        all(_compat.is_unspecified(s) for s in params.get("in_shardings", ()))
-        and all(_compat.is_unspecified(s) for s in params.get("out_shardings", ()))
-        and all(layout is None for layout in params.get("in_layouts", ()))
-        and all(layout is None for layout in params.get("out_layouts", ()))
-        and not params.get("compiler_options_kvs")
-    )
 
 
 def from_jaxpr(closed) -> Graph:
@@ -67,18 +42,18 @@ def _build_eqns(graph: Graph, eqns, env: dict, region: Region | None) -> None:
     for eqn in eqns:
         inputs = [_read(env, atom) for atom in eqn.invars]
         name = eqn.primitive.name
-        if name in ("jit", "pjit") and _inlinable_jit(eqn.params):
-            outputs = _inline(graph, eqn.params["jaxpr"], inputs, region)
-        elif name in REGION_BODIES and _all_outputs_computed(eqn.params[REGION_BODIES[name]]):
+        jit_body = _compat.plain_jit_body(name, eqn.params)
+        body = _compat.region_body(name, eqn.params)
+        if jit_body is not None:
+            outputs = _inline(graph, jit_body, inputs, region)
+        elif body is not None and _all_outputs_computed(body):
             inner = Region(eqn.primitive, eqn.params, inputs, region)
-            outputs = _inline(graph, eqn.params[REGION_BODIES[name]], inputs, inner)
+            outputs = _inline(graph, body, inputs, inner)
             inner.outputs = list(outputs)
             graph.add_region(inner)
         else:
-            keys = SUBGRAPH_PARAMS.get(name, ())
-            if name == "shard_map" and not _compat.can_rebuild_shard_map(eqn.params):
-                keys = ()
-            subgraphs = {key: _subgraphs(eqn.params[key]) for key in keys}
+            subjaxprs = {} if body is not None else _compat.sub_jaxprs(name, eqn.params)
+            subgraphs = {key: _subgraphs(sub) for key, sub in subjaxprs.items()}
             node = Node(
                 eqn.primitive,
                 inputs,

@@ -16,9 +16,8 @@ import io
 
 import numpy as np
 
+from .. import _compat
 from .graph import Graph, Node, Value
-
-_HIDDEN_PARAMS = {"jvp_jaxpr_fun", "jvp_jaxpr_thunk", "fwd_jaxpr_thunk", "bwd", "out_trees"}
 
 
 class _Names:
@@ -76,14 +75,14 @@ def node_text(node: Node, names: _Names) -> str:
     shown = {
         k: v
         for k, v in sorted(node.params.items())
-        if k not in node.subgraphs and k not in _HIDDEN_PARAMS
+        if k not in node.subgraphs and not _compat.is_opaque_param(v)
     }
     params = ", ".join(f"{k}={_param_text(v)}" for k, v in shown.items())
     op = f"jgsess.{node.name}" if node.is_fused else node.name
     head = f"{outs} = {op}[{params}]" if params else f"{outs} = {op}"
     args = " ".join(names(v) for v in node.inputs)
     region = (
-        f"  # in {node.region.params.get('name', node.region.primitive.name)}"
+        f"  # in {_compat.call_name(node.region.primitive, node.region.params)}"
         if node.region
         else ""
     )

@@ -109,7 +109,7 @@ def _minor_size(dim: Dim, sizes: dict) -> int:
 
 
 def how_to_lower(ctx) -> str:
-    """"kernel" where the program runs on one device or in a fully manual shard_map body,
+    """ "kernel" where the program runs on one device or in a fully manual shard_map body,
     "partition" where XLA partitions it over several devices, and "reference" where it spans
     several devices that the lowering does not know (an abstract lowering): XLA partitions the
     reference, which is never wrong."""
@@ -202,16 +202,24 @@ def _placement(spec, call, mesh, arg_shapes, result_shapes=()):
     mesh = _mesh_of(mesh, arg_shapes)
     try:
         axes = _split_axes(
-            factors.operands, [a.sharding for a in arg_shapes], [a.shape for a in arg_shapes],
-            mesh, factors,
+            factors.operands,
+            [a.sharding for a in arg_shapes],
+            [a.shape for a in arg_shapes],
+            mesh,
+            factors,
         )
         chosen = _split_axes(
-            factors.results, [r.sharding for r in result_shapes],
-            [r.shape for r in result_shapes], mesh, factors,
+            factors.results,
+            [r.sharding for r in result_shapes],
+            [r.shape for r in result_shapes],
+            mesh,
+            factors,
         )
         axes.update(chosen)
     except Exception as err:  # noqa: BLE001 - see the docstring
-        warnings.warn(f"jgsess: {spec.target} replicated ({type(err).__name__}: {err})", stacklevel=1)
+        warnings.warn(
+            f"jgsess: {spec.target} replicated ({type(err).__name__}: {err})", stacklevel=1
+        )
         axes = {}
     return mesh, factors, axes
 

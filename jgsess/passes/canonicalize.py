@@ -100,7 +100,7 @@ def _drop_scalar_broadcasts(graph: Graph, m: Match) -> Value | None:
 
 def _sink_weak_convert(graph: Graph, m: Match) -> Value | None:
     convert = m.root.producer
-    if convert.params.get("new_dtype") != m["x"].dtype or not _floating(m["x"]):
+    if _compat.convert_dtype(convert.params) != m["x"].dtype or not _floating(m["x"]):
         return None
     moved = Node(convert.op, [m["x"]], [m.root.aval], convert.params)
     graph.insert(moved, before=convert)
@@ -112,7 +112,7 @@ def _same_aval(m: Match) -> bool:
 
 
 x, y = Var("x"), Var("y")
-PLAIN = {"out_dtype": None}  # a mul that does not change dtype
+PLAIN = _compat.SAME_DTYPE  # a mul that does not change dtype
 BROADCAST = Pat("broadcast_in_dim", [Var("c", lambda v: v.is_const and v.ndim == 0)])
 RULES = [
     # integer_pow[y=1] x -> x

@@ -73,7 +73,7 @@ def run(graph: Graph, ctx: Context | None) -> int:
                 _merge(graph, group)
                 merged += len(group)
                 if ctx is not None:
-                    ctx.note("combined", (group[0].op.name, len(group)))
+                    ctx.record.combined.append((group[0].op.name, len(group)))
     return merged
 
 

@@ -10,20 +10,21 @@ or dies as a whole, so emission can still bind the original call.
 
 from __future__ import annotations
 
+from .. import _compat
 from ..ir.graph import Graph, Node, Region, Value
 from .manager import Context, Pass
 
 
 def _forwarded(node: Node) -> dict[int, Value]:
     """Outputs of a call-like node that are just one of its inputs, by output index."""
-    if node.name in ("jit", "pjit") and "jaxpr" in node.subgraphs:
-        sub = node.subgraphs["jaxpr"]
+    if _compat.is_jit(node.name) and _compat.JIT_BODY in node.subgraphs:
+        sub = node.subgraphs[_compat.JIT_BODY]
         positions = {v: i for i, v in enumerate(sub.inputs)}
         return {
             k: node.inputs[positions[out]] for k, out in enumerate(sub.outputs) if out in positions
         }
     if node.name == "cond":
-        branches = node.subgraphs["branches"]
+        branches = node.subgraphs[_compat.COND_BRANCHES]
         found = {}
         for k in range(len(node.outputs)):
             picks = set()

@@ -34,19 +34,43 @@ class PassRecord:
 
 
 @dataclass
+class CompileRecord:
+    """What the passes decided, for the report (`Session.record`); each pass fills its field."""
+
+    # (pass, kernel) per fused node: the fusion driver (passes/fusions/engine.py)
+    fusions: list[tuple[str, str]] = field(default_factory=list)
+    # (pass, kernel, why not) per fusion a hardware pass found but did not take
+    declined: list[tuple[str, str, str]] = field(default_factory=list)
+    # (kernel, nodes merged into one): combine-optimizers
+    combined: list[tuple[str, int]] = field(default_factory=list)
+    # select.KernelChoice per fused node: select-kernels
+    kernels: list = field(default_factory=list)
+    # graph inputs a kernel could have overwritten had they been donated: plan-memory
+    undonated: list[tuple[int, ...]] = field(default_factory=list)
+    # memory.plan.MemoryPlan of the program: plan-memory
+    memory_plan: object = None
+    # autotune measurements behind kernel choices: select-kernels, fuse-batch-norm
+    autotune: list = field(default_factory=list)
+    # (kernel, residual bytes kept, fused) per BatchNorm fusion: fuse-batch-norm
+    residuals: list = field(default_factory=list)
+
+    def fused(self, pass_name: str, kernel: str) -> None:
+        self.fusions.append((pass_name, kernel))
+
+    def decline(self, pass_name: str, kernel: str, reason: str) -> None:
+        self.declined.append((pass_name, kernel, reason))
+
+
+@dataclass
 class Context:
-    """What passes may know about the compilation besides the graph."""
+    """What passes may know about the compilation besides the graph, and their record."""
 
     platform: str = "cpu"
     verify: bool = False
     dump_dir: str | None = None
     # compute the whole-program memory plan (only the report and dumps read it)
     plan: bool = False
-    # facts passes record for the report: fusions, kernel choices, the memory plan, hints
-    notes: dict = field(default_factory=dict)
-
-    def note(self, key: str, item) -> None:
-        self.notes.setdefault(key, []).append(item)
+    record: CompileRecord = field(default_factory=CompileRecord)
 
 
 def run_pipeline(graph: Graph, passes: list[Pass], ctx: Context) -> list[PassRecord]:

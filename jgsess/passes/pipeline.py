@@ -9,12 +9,12 @@ from . import (
     combine,
     dce,
     fold_casts,
-    fold_clip,
     plan,
     select,
     transposes,
 )
 from .fusions import (
+    fold_clip,
     fuse_adamw,
     fuse_batch_norm,
     fuse_cast_all,

@@ -32,7 +32,7 @@ def _aliases(graph: Graph, ctx: Context) -> int:
         node.params["aliases"] = decision.pairs
         count += len(decision.pairs)
         if graph.inputs and decision.undonated:
-            ctx.note("undonated", decision.undonated)
+            ctx.record.undonated.append(decision.undonated)
     return count
 
 
@@ -59,7 +59,7 @@ def run(graph: Graph, ctx: Context) -> int:
     if not ctx.plan:
         return count
     plan = plan_memory(graph)
-    ctx.notes["memory_plan"] = plan
+    ctx.record.memory_plan = plan
     if ctx.dump_dir:
         with open(os.path.join(ctx.dump_dir, "memory_plan.json"), "w") as f:
             f.write(plan.to_json())

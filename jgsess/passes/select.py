@@ -57,12 +57,13 @@ def run(graph: Graph, ctx: Context) -> int:
     for node in graph.live():
         if not node.is_fused:
             continue
-        impl, reason = choose(node, ctx.platform, ctx.notes.setdefault("autotune", []))
+        impl, reason = choose(node, ctx.platform, ctx.record.autotune)
         node.params["impl"] = impl
         graph.changed = True
         count += impl == "kernel"
         nbytes = sum(_compat.aval_nbytes(v.aval) for v in node.inputs)
-        ctx.note("kernels", KernelChoice(node.op.name, impl, reason, len(node.inputs), nbytes))
+        choice = KernelChoice(node.op.name, impl, reason, len(node.inputs), nbytes)
+        ctx.record.kernels.append(choice)
     return count
 
 

@@ -7,6 +7,7 @@ import pytest
 from jgsess.kernels import adamw
 from jgsess.kernels.spec import KernelSpec
 from tests.helpers import assert_trees_close
+from tests.kernels.bad_calls import multi_tensor
 from tests.kernels.common import SIZES, check, kernel_fn, reference_fn
 
 
@@ -126,3 +127,9 @@ def test_cuda_kernel_matches_reference(flags, p_dtype):
     sizes = SIZES + [(1 << 20,), (3, 70_001)] + [(17,)] * 200  # several launches
     ops = operands(sizes, seed=flags, p_dtype=p_dtype)
     check(adamw.SPEC, ops, rtol=2e-6, device=jax.devices("gpu")[0], flags=flags)
+
+
+def malformed_calls():
+    """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
+    results per tensor, the f32 slots, flags."""
+    return {"jgsess_adamw": multi_tensor("jgsess_adamw", 13, 4, 3, {2, 3}, {1, 2}, flags=7)}

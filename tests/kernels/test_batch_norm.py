@@ -11,6 +11,7 @@ import pytest
 from jgsess.kernels import batch_norm
 from jgsess.kernels.relu_mask import unpack
 from tests.helpers import assert_trees_close
+from tests.kernels.bad_calls import BF16, F32, I32, U8, U32, N, array, spec
 
 CASES = [  # (x shape, feature axis)
     ((3, 5, 7, 12), 3),  # NHWC
@@ -185,3 +186,77 @@ def test_cuda_kernels_match_the_references(shape, axis, add):
     got = bind(spec, *operands, device=gpu, **params)
     ref = backward_ref(*operands, **params)
     assert_trees_close(tuple(got), tuple(ref), rtol=3e-2, atol=3e-2)
+
+
+def malformed_calls():
+    """Direct calls of the four BatchNorm targets (tests/kernels/test_operand_checks.py): x
+    (N / 64, 64), features on axis 1."""
+    rows, channels = N // 64, 64
+    words = N // 32
+    work = 16 * 2 * channels * 8 + 16 * channels  # csrc/kernels/batch_norm/batch_norm.h
+    x, z, dy = (
+        array((rows, channels), BF16),
+        array((rows, channels), F32),
+        array((rows, channels), F32),
+    )
+    c = array((channels,), F32)
+    m = array((words,), U32)
+    arena = array((work,), U8)
+
+    def bn(target, ins, outs, axis=1, offset=0):
+        fn = jax.ffi.ffi_call(target, outs, has_side_effect=True)
+        attrs = {
+            "eps": np.float32(1e-5),
+            "axis": np.int64(axis),
+            "workspace_offset": np.int64(offset),
+        }
+        return lambda: jax.block_until_ready(fn(*ins, **attrs))
+
+    def fwd(add=False, x=x, scale=c, y=None, mean=None, mask=None, arena=arena, **kw):
+        target = "jgsess_batch_norm_add_relu" if add else "jgsess_batch_norm_relu"
+        y = spec((rows, channels), F32) if y is None else y
+        mean = spec((channels,), F32) if mean is None else mean
+        mask = spec((words,), U32) if mask is None else mask
+        outs = [y, mean, spec((channels,), F32), mask, spec(arena.shape, U8)]
+        return bn(target, [arena, x, scale, c, *([z] if add else [])], outs, **kw)
+
+    def bwd(add=False, dy=dy, mask=m, dx=None, dscale=None, arena=arena, **kw):
+        target = "jgsess_batch_norm_add_relu_grad" if add else "jgsess_batch_norm_relu_grad"
+        dx = spec((rows, channels), BF16) if dx is None else dx
+        dscale = spec((channels,), F32) if dscale is None else dscale
+        outs = [dx, dscale, spec((channels,), F32), *([spec(dy.shape, dy.dtype)] if add else [])]
+        return bn(target, [arena, dy, x, c, c, c, mask], [*outs, spec(arena.shape, U8)], **kw)
+
+    def both(make, add):
+        return {
+            "a bad axis": make(add, axis=2),
+            "a negative offset": make(add, offset=-8),
+            "a workspace past the arena": make(add, offset=64),
+            "a short arena": make(add, arena=array((8,), U8)),
+            "a short mask": make(add, mask=array((1,), U32))
+            if make is bwd
+            else make(add, mask=spec((1,), U32)),
+        }
+
+    table = {}
+    for add, name in ((False, "relu"), (True, "add_relu")):
+        table[f"jgsess_batch_norm_{name}"] = (
+            {"well formed": fwd(add)},
+            {
+                **both(fwd, add),
+                "an integer x": fwd(add, x=array((rows, channels), I32)),
+                "a short scale": fwd(add, scale=array((3,), F32)),
+                "a 1-element y": fwd(add, y=spec((1,), F32)),
+                "a short mean": fwd(add, mean=spec((1,), F32)),
+            },
+        )
+        table[f"jgsess_batch_norm_{name}_grad"] = (
+            {"well formed": bwd(add)},
+            {
+                **both(bwd, add),
+                "a short dy": bwd(add, dy=array((1,), F32)),
+                "an f32 dx for a bf16 x": bwd(add, dx=spec((rows, channels), F32)),
+                "a short dscale": bwd(add, dscale=spec((1,), F32)),
+            },
+        )
+    return table

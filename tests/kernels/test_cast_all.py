@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from jgsess.kernels import cast_all
+from tests.kernels.bad_calls import multi_tensor
 from tests.kernels.common import SIZES, check
 
 PAIRS = [(a, b) for a, b in itertools.product(cast_all.FLOATS, repeat=2) if a != b]
@@ -48,3 +49,9 @@ def test_cuda_kernel_matches_reference():
         device=jax.devices("gpu")[0],
         dtypes=dtypes,
     )
+
+
+def malformed_calls():
+    """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
+    results per tensor, the f32 slots, flags."""
+    return {"jgsess_cast_all": multi_tensor("jgsess_cast_all", 0, 1, 1, set(), set(), flags=None)}

@@ -9,6 +9,7 @@ import pytest
 
 from jgsess.kernels import global_norm
 from tests.helpers import assert_trees_close
+from tests.kernels.bad_calls import BF16, F16, F32, I32, U8, N, array, call, spec
 from tests.kernels.common import SIZES, assert_custom_call
 
 
@@ -63,3 +64,30 @@ def test_cuda_kernel_matches_reference():
     xs = tensors(SIZES + [(1 << 22,)] + [(129,)] * 300, seed=4)
     norm, *_ = kernel_norm(xs, device=jax.devices("gpu")[0])
     assert_trees_close(norm, global_norm.reference(*xs)[0], rtol=5e-6, atol=0)
+
+
+def malformed_calls():
+    """Direct calls of jgsess_global_norm (tests/kernels/test_operand_checks.py)."""
+    xs = [array((N,), BF16), array((7,), F32)]
+    items = (N >> 16) + 1
+    arena = array((64 + 8 * items,), U8)
+
+    def case(xs=xs, arena=arena, arena_out=None, offset=64, norm=None):
+        out = spec(arena.shape, U8) if arena_out is None else arena_out
+        norm = spec((), F32) if norm is None else norm
+        return call("jgsess_global_norm", [arena, *xs], [norm, out], workspace_offset=offset)
+
+    good = {"well formed": case(), "no tensors": case(xs=[])}
+    bad = {
+        "no operands": call("jgsess_global_norm", [], [spec((), F32), spec((8,), U8)]),
+        "a negative offset": case(offset=-64),
+        "an unaligned offset": case(offset=62),
+        "an offset past the arena": case(offset=1 << 40),
+        "a workspace too large": case(offset=64 + 4 * items + 8),  # 4 bytes per chunk on CPUs
+        "an arena result smaller than the arena": case(arena_out=spec((8,), U8)),
+        "an integer tensor": case(xs=[array((N,), I32)]),
+        "an f16 norm": case(norm=spec((), F16)),
+        "a rank-1 norm": case(norm=spec((1,), F32)),
+        "a result short": call("jgsess_global_norm", [arena, *xs], [spec((), F32)]),
+    }
+    return {"jgsess_global_norm": (good, bad)}

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import pytest
 
 from jgsess.kernels import momentum
+from tests.kernels.bad_calls import multi_tensor
 from tests.kernels.common import SIZES, check
 
 
@@ -48,3 +49,9 @@ def test_inplace_pairs():
 def test_cuda_kernel_matches_reference(flags):
     ops = operands(SIZES + [(1 << 20,)] + [(33,)] * 200, flags, jnp.bfloat16, jnp.float16)
     check(momentum.SPEC, ops, rtol=2e-6, device=jax.devices("gpu")[0], flags=flags)
+
+
+def malformed_calls():
+    """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
+    results per tensor, the f32 slots, flags."""
+    return {"jgsess_momentum": multi_tensor("jgsess_momentum", 4, 3, 2, {2}, {1}, flags=3)}

@@ -107,7 +107,7 @@ def test_in_place_results_share_their_operands_buffer():
     report = jgsess.jit(optax_step(opt), donate_argnums=(0, 1)).report(
         params, opt.init(params), params
     )
-    plan = report.session.notes["memory_plan"]
+    plan = report.session.record.memory_plan
     check_plan(plan)
     shared = [b for b in plan.buffers if b.kind == "input" and len(b.values) > 1]
     assert len(shared) == 6  # p, m, v of both leaves: the input buffer holds the result too
@@ -191,7 +191,7 @@ def setups():
 def test_real_train_steps_plan_within_ten_percent_of_the_bound():
     for name, (step, variables, state, x, y) in setups().items():
         report = jgsess.jit(step, donate_argnums=(0, 1)).report(variables, state, x, y)
-        plan = report.session.notes["memory_plan"]
+        plan = report.session.record.memory_plan
         check_plan(plan)
         assert plan.peak <= 1.10 * plan.lower_bound, (name, plan.peak, plan.lower_bound)
 

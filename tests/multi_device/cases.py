@@ -77,7 +77,7 @@ OPT = optax.chain(
 )
 
 
-def train_step(opt, model=MLP()):
+def train_step(opt, model=MLP()):  # noqa: B008 - one immutable flax module
     def step(params, state, x, y):
         def loss(p):
             logits = model.apply(p, x)
@@ -158,7 +158,9 @@ def test_two_dimensional_mesh():
     # elementwise update: two kernel-gradient layouts are resharded (all-to-all) and the
     # logits gathered where jax.jit reduces them (one all-reduce fewer).
     added = {"all-gather": 1, "all-to-all": 2}
-    check(train_step(OPT), (params, state, x, y), {"jgsess_adamw", "jgsess_global_norm"}, added=added)
+    check(
+        train_step(OPT), (params, state, x, y), {"jgsess_adamw", "jgsess_global_norm"}, added=added
+    )
 
 
 def test_shard_map_with_pmean():
@@ -208,7 +210,9 @@ def test_relu_mask_splits_with_the_batch(monkeypatch):
     x, y = jax.device_put((x, y), NamedSharding(mesh, P("data")))
     opt = optax.sgd(0.1)
     state = opt.init(params)
-    text = check(train_step(opt), (params, state, x, y), {"jgsess_relu_mask", "jgsess_relu_mask_grad"})
+    text = check(
+        train_step(opt), (params, state, x, y), {"jgsess_relu_mask", "jgsess_relu_mask_grad"}
+    )
     assert "jgsess_relu_mask" in text
 
 

@@ -54,7 +54,10 @@ def main():
     for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
         assert b.sharding.is_equivalent_to(a.sharding, a.ndim)
         np.testing.assert_allclose(
-            np.asarray(b.addressable_data(0)), np.asarray(a.addressable_data(0)), rtol=2e-6, atol=1e-6
+            np.asarray(b.addressable_data(0)),
+            np.asarray(a.addressable_data(0)),
+            rtol=2e-6,
+            atol=1e-6,
         )
     text = fused.lower(*got, x, y).compile().as_text()
     found = sorted(set(re.findall(r'custom_call_target="(jgsess_\w+)"', text)))

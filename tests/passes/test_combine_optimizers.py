@@ -11,7 +11,7 @@ from tests.optax_steps import compare
 
 def test_a_whole_tree_becomes_one_call():
     report = compare(optax.adamw(1e-3))
-    assert report.session.notes["combined"] == [("adamw", 5)]
+    assert report.session.record.combined == [("adamw", 5)]
     assert len(report.kernels) == 1 and report.kernels[0].operands == 13 + 4 * 5
 
 
@@ -21,7 +21,7 @@ def test_different_hyper_parameters_stay_apart():
         lambda params: {k: "a" if k.startswith("w") else "b" for k in params},
     )
     report = compare(opt)
-    assert sorted(n for _, n in report.session.notes["combined"]) == [2, 3]
+    assert sorted(n for _, n in report.session.record.combined) == [2, 3]
     assert len(report.kernels) == 2
 
 
@@ -37,7 +37,7 @@ def test_updates_that_depend_on_each_other_are_not_merged():
     args[2], args[6] = jnp.abs(args[2]), jnp.abs(args[6])
     fused = jgsess.jit(chained)
     report = fused.report(*args)
-    assert report.fusions["adamw"] == 2 and "combined" not in report.session.notes
+    assert report.fusions["adamw"] == 2 and not report.session.record.combined
     assert_trees_close(fused(*args), jax.jit(chained)(*args), rtol=2e-6, atol=1e-7)
 
 
@@ -57,6 +57,6 @@ def test_updates_inside_a_cond_are_combined_there():
     grads = {"a": rand((3,), 2), "b": rand((4, 2), 3)}
     fused = jgsess.jit(step)
     report = fused.report(params, state, grads, True)
-    assert report.session.notes["combined"] == [("adamw", 2)]
+    assert report.session.record.combined == [("adamw", 2)]
     assert report.session.graph.count("jgsess.adamw") == 1  # inside the branch
     assert_trees_close(fused(params, state, grads, True), jax.jit(step)(params, state, grads, True))

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from jgsess.patterns import from_function, match
+from jgsess.passes.fusions.by_example import from_function
+from jgsess.patterns import match
 from tests.helpers import graph_of, rand
 
 

@@ -62,22 +62,7 @@ JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, float p, float g, floa
   *v_out = v2;
 }
 
-// Calls f.template operator()<kFlags>() with `flags` as a compile-time constant.
-template <typename F>
-ffi::Error DispatchAdamwFlags(int64_t flags, F&& f) {
-  return DispatchFlags<32>(flags, "adamw", std::forward<F>(f));
-}
-
-// The binding the CPU and CUDA handlers share; Platform is the handler's context: XLA's thread
-// pool (CPU) or the CUDA stream.
-template <typename Platform>
-auto AdamwBinding() {
-  return xla::ffi::Ffi::Bind()
-      .Ctx<Platform>()
-      .RemainingArgs()  // AdamwHyper, then (p, g, m, v) per tensor
-      .RemainingRets()  // (p', m', v') per tensor
-      .template Attr<int64_t>("flags");
-}
+constexpr int64_t kAdamwForms = 32;  // flags in [0, 32)
 
 }  // namespace jgsess
 

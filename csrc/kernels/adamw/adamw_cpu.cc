@@ -14,7 +14,7 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
   auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
   if (tensors.has_error()) return tensors.error();
   const AdamwHyper h = LoadHyper(*hyper);
-  return DispatchAdamwFlags(flags, [&]<int64_t kFlags>() {
+  return DispatchFlags<kAdamwForms>(flags, "adamw", [&]<int64_t kFlags>() {
     RunMultiTensor<4, 3>(pool, *tensors, [&](const float* const* in, float* const* out, int64_t n) {
     // outputs may be their operands (in place); element i touches index i only
 #pragma omp simd
@@ -31,4 +31,4 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
 }  // namespace jgsess
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AdamwCpu, jgsess::AdamwCpuImpl,
-                              jgsess::AdamwBinding<xla::ffi::ThreadPool>());
+                              jgsess::MultiTensorBinding<xla::ffi::ThreadPool>());

@@ -35,7 +35,7 @@ ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flag
   auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = cudaSuccess;
-  ffi::Error status = DispatchAdamwFlags(flags, [&]<int64_t kFlags>() {
+  ffi::Error status = DispatchFlags<kAdamwForms>(flags, "adamw", [&]<int64_t kFlags>() {
     err = MultiTensorApply<4, 3, 96, 320>(*tensors, [&](const AdamwTable& table, int blocks) {
       AdamwKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, *hyper);
     });
@@ -49,5 +49,5 @@ ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flag
 }  // namespace jgsess
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AdamwCuda, jgsess::AdamwCudaImpl,
-                              jgsess::AdamwBinding<xla::ffi::PlatformStream<cudaStream_t>>(),
+                              jgsess::MultiTensorBinding<xla::ffi::PlatformStream<cudaStream_t>>(),
                               jgsess::kGraphSafe);

@@ -51,21 +51,7 @@ JGSESS_HOST_DEVICE void MomentumElement(const MomentumHyper& h, float p, float g
   *acc_out = acc2;
 }
 
-template <typename F>
-ffi::Error DispatchMomentumFlags(int64_t flags, F&& f) {
-  return DispatchFlags<16>(flags, "momentum", std::forward<F>(f));
-}
-
-// The binding the CPU and CUDA handlers share; Platform is the handler's context: XLA's thread
-// pool (CPU) or the CUDA stream.
-template <typename Platform>
-auto MomentumBinding() {
-  return xla::ffi::Ffi::Bind()
-      .Ctx<Platform>()
-      .RemainingArgs()  // MomentumHyper, then (p, g, acc) per tensor
-      .RemainingRets()  // (p', acc') per tensor
-      .template Attr<int64_t>("flags");
-}
+constexpr int64_t kMomentumForms = 16;  // flags in [0, 16)
 
 }  // namespace jgsess
 

@@ -15,7 +15,7 @@ ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t f
       ParseTensors<3, 2>("momentum", args, kHyperCount<MomentumHyper>, &rets, 0b100, 0b10);
   if (tensors.has_error()) return tensors.error();
   const MomentumHyper h = LoadHyper(*hyper);
-  return DispatchMomentumFlags(flags, [&]<int64_t kFlags>() {
+  return DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {
     RunMultiTensor<3, 2>(pool, *tensors, [&](const float* const* in, float* const* out, int64_t n) {
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) {
@@ -30,4 +30,4 @@ ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t f
 }  // namespace jgsess
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCpu, jgsess::MomentumCpuImpl,
-                              jgsess::MomentumBinding<xla::ffi::ThreadPool>());
+                              jgsess::MultiTensorBinding<xla::ffi::ThreadPool>());

@@ -32,7 +32,7 @@ ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t f
       ParseTensors<3, 2>("momentum", args, kHyperCount<MomentumHyper>, &rets, 0b100, 0b10);
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = cudaSuccess;
-  ffi::Error status = DispatchMomentumFlags(flags, [&]<int64_t kFlags>() {
+  ffi::Error status = DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {
     err = MultiTensorApply<3, 2, 128, 320>(*tensors, [&](const MomentumTable& table, int blocks) {
       MomentumKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, *hyper);
     });
@@ -46,5 +46,5 @@ ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t f
 }  // namespace jgsess
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCuda, jgsess::MomentumCudaImpl,
-                              jgsess::MomentumBinding<xla::ffi::PlatformStream<cudaStream_t>>(),
+                              jgsess::MultiTensorBinding<xla::ffi::PlatformStream<cudaStream_t>>(),
                               jgsess::kGraphSafe);

@@ -1,26 +1,137 @@
-"""The fusion driver: find a traced pattern, check it may be fused, swap in one fused node.
+"""The fusion driver: every fusion is match, guard, replace, record, done here in one way.
 
-A fusion file lists `FusionRule(pattern, build)`s; `build(graph, match, outputs)` checks the
-match's semantics (dtypes, shapes: the guard) and returns the fused node, whose results replace
-`outputs` (the values the pattern's outputs matched), or None to decline. The driver
-supplies what every fusion needs:
+A fusion (one file under passes/fusions/) is a `Fusion`: the op names of the nodes it starts
+from and `find(graph, root, ctx, memo)`, which matches the graph around `root`, checks what the
+match means (dtypes, shapes, users of the mask, ...: the guard) and yields `Rewrite`s, the
+candidate replacements in order of preference. The driver supplies what every fusion needs:
 
-  - nodes are visited consumers first (as MindSpore does), each root tried against each rule;
-  - values inside the match may have no users outside it, unless they are results of the fused
-    node (the pattern's outputs);
-  - no input of the fused node may be computed from one of its results (that would be a cycle);
-  - the pattern's outputs are replaced by the fused node's results, the matched nodes removed.
+  - nodes are visited consumers first (as MindSpore does; `producers_first` for fusions that
+    share a new node between later ones), each tried as a root;
+  - a rewrite is taken only if values computed by the nodes it removes have no users outside
+    them, unless the rewrite replaces them (the results of the fused node);
+  - and only if no new node reads a value computed from a node whose results it replaces (a
+    cycle);
+  - the new nodes are inserted, the replaced values' users moved over, the old nodes removed;
+  - the fusion is recorded for the report; a hardware fusion (`kernels`, run after selection)
+    is taken only where selection would take its kernels, and recorded as declined otherwise.
+
+Pattern fusions (the optimizer updates) build their `find` with `pattern_fusion` from
+`FusionRule(pattern, build)`s: `build(graph, match, outputs)` is the guard and returns the fused
+node, whose results replace `outputs` (the values the pattern's outputs matched), or None.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
-from ...ir.graph import Graph, Node
-from ...patterns import ExamplePattern, Match, match
+from ...ir.graph import Graph, Node, Value
+from ...patterns import Match, match
 from ..manager import Context, Pass
+from ..select import available
+from .by_example import ExamplePattern
+
+
+@dataclass
+class Rewrite:
+    """One candidate replacement: `added` nodes, each inserted before a node; the `replaced`
+    (old value, new value) pairs; the `removed` nodes; the kernel's name for the record."""
+
+    kernel: str
+    added: list[tuple[Node, Node]]
+    replaced: list[tuple[Value, Value]]
+    removed: list[Node] = field(default_factory=list)
+
+
+Find = Callable[[Graph, Node, Context, dict], Iterable[Rewrite]]
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """A fusion pass. `memo` is a dict that lives for one run over one graph."""
+
+    name: str
+    roots: frozenset[str] | None  # op names of the nodes tried as roots; None: every node
+    find: Find
+    doc: str = ""
+    producers_first: bool = False
+    recursive: bool = True
+    # a hardware fusion, run after selection: taken only where these kernels would be selected
+    kernels: tuple = ()
+
+    def as_pass(self) -> Pass:
+        return Pass(self.name, functools.partial(run, self), self.recursive, self.doc)
+
+
+def _contained(graph: Graph, rewrite: Rewrite) -> bool:
+    removed = set(rewrite.removed)
+    replaced = {old for old, _ in rewrite.replaced}
+    for node in rewrite.removed:
+        if not graph.is_live(node):
+            return False
+        for value in node.outputs:
+            if value in replaced:
+                continue
+            if graph.output_uses(value) or any(user not in removed for user in value.users):
+                return False
+    return True
+
+
+def _acyclic(graph: Graph, rewrite: Rewrite, order: dict) -> bool:
+    """No new node reads a value computed from a node whose results it replaces."""
+    new = {value for node, _ in rewrite.added for value in node.outputs}
+    for node, _ in rewrite.added:
+        mine = set(node.outputs)
+        replaced = {old.producer for old, value in rewrite.replaced if value in mine}
+        inputs = [v for v in node.inputs if v not in new]
+        if replaced and graph.depends_on(inputs, replaced, order):
+            return False
+    return True
+
+
+def apply(graph: Graph, rewrite: Rewrite) -> None:
+    for node, before in rewrite.added:
+        graph.insert(node, before=before)
+    for old, new in rewrite.replaced:
+        graph.replace_uses(old, new)
+    for node in rewrite.removed:
+        graph.remove(node)
+
+
+def _wanted(fusion: Fusion, ctx: Context) -> tuple[bool, str]:
+    """Whether selection would take a hardware fusion's kernels here, and if not, why."""
+    for spec in fusion.kernels:
+        ok, reason = available(spec, ctx.platform)
+        if not ok:
+            return False, reason
+        if spec.prefer_kernel is not None:
+            ok, reason = spec.prefer_kernel(None, ctx.platform)
+            if not ok:
+                return False, reason
+    return True, ""
+
+
+def run(fusion: Fusion, graph: Graph, ctx: Context) -> int:
+    wanted, reason = _wanted(fusion, ctx)
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    memo: dict = {}
+    nodes = graph.live() if fusion.producers_first else graph.live()[::-1]
+    count = 0
+    for node in nodes:
+        if (fusion.roots is not None and node.name not in fusion.roots) or not graph.is_live(node):
+            continue
+        for rewrite in fusion.find(graph, node, ctx, memo):
+            if not (_contained(graph, rewrite) and _acyclic(graph, rewrite, order)):
+                continue
+            if not wanted:
+                ctx.record.decline(fusion.name, rewrite.kernel, reason)
+                break
+            apply(graph, rewrite)
+            ctx.record.fused(fusion.name, rewrite.kernel)
+            count += 1
+            break
+    return count
 
 
 @dataclass(frozen=True)
@@ -31,65 +142,40 @@ class FusionRule:
     results_used: bool = False
 
 
-def _self_contained(graph: Graph, nodes: list[Node], outputs: list) -> bool:
-    inside = set(nodes)
-    keep = set(outputs)
-    for node in nodes:
-        for value in node.outputs:
-            if value in keep:
+def _used_outside(graph: Graph, value: Value, nodes: set[Node]) -> bool:
+    return graph.output_uses(value) > 0 or any(user not in nodes for user in value.users)
+
+
+def pattern_fusion(name: str, rules: Callable[[], list[FusionRule]], doc: str = "") -> Fusion:
+    """A fusion trying `rules()` (traced once, on first use) at every root, in order."""
+    cached = functools.cache(rules)
+
+    def find(graph: Graph, root_node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
+        for rule in cached():
+            pattern = rule.pattern
+            if root_node.name not in pattern.root.ops:
                 continue
-            if graph.output_uses(value) or any(user not in inside for user in value.users):
-                return False
-    return True
+            root = root_node.outputs[pattern.root.index]
+            for m in match(pattern.root, root):
+                nodes = m.nodes(pattern.nodes())
+                outputs = [m.value_of(p) for p in pattern.outputs]
+                inside = set(nodes)
+                if rule.results_used and not all(
+                    _used_outside(graph, v, inside) for v in outputs[1:]
+                ):
+                    continue
+                fused = rule.build(graph, m, outputs)
+                if fused is not None:
+                    yield Rewrite(
+                        fused.op.name,
+                        [(fused, root_node)],
+                        list(zip(outputs, fused.outputs)),
+                        nodes,
+                    )
 
-
-def _used_outside(graph: Graph, value, nodes: list[Node]) -> bool:
-    inside = set(nodes)
-    return graph.output_uses(value) > 0 or any(user not in inside for user in value.users)
-
-
-def _try(graph: Graph, rule: FusionRule, root_node: Node, order: dict) -> Node | None:
-    pattern = rule.pattern
-    patterns = pattern.nodes()
-    root = root_node.outputs[pattern.root.index]
-    for m in match(pattern.root, root):
-        nodes = m.nodes(patterns)
-        outputs = [m.value_of(p) for p in pattern.outputs]
-        if not all(graph.is_live(n) for n in nodes) or not _self_contained(graph, nodes, outputs):
-            continue
-        if rule.results_used and not all(_used_outside(graph, v, nodes) for v in outputs[1:]):
-            continue
-        fused = rule.build(graph, m, outputs)
-        if fused is None or graph.depends_on(fused.inputs, set(nodes), order):
-            continue
-        graph.insert(fused, before=root_node)
-        for old, new in zip(outputs, fused.outputs):
-            graph.replace_uses(old, new)
-        for node in nodes:
-            graph.remove(node)
-        return fused
-    return None
-
-
-def fuse(graph: Graph, rules: list[FusionRule], ctx: Context | None, name: str) -> int:
-    count = 0
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    for node in reversed(graph.live()):
-        if not graph.is_live(node):
-            continue
-        for rule in rules:
-            if node.name not in rule.pattern.root.ops:
-                continue
-            fused = _try(graph, rule, node, order)
-            if fused is not None:
-                count += 1
-                if ctx is not None:
-                    ctx.note("fusions", (name, fused.op.name))
-                break
-    return count
+    return Fusion(name, None, find, doc)
 
 
 def fusion_pass(name: str, rules: Callable[[], list[FusionRule]], doc: str = "") -> Pass:
-    """A pass applying `rules()` (traced once, on first use)."""
-    cached = functools.cache(rules)
-    return Pass(name, lambda graph, ctx: fuse(graph, cached(), ctx, name), doc=doc)
+    """The pass of a pattern fusion."""
+    return pattern_fusion(name, rules, doc).as_pass()

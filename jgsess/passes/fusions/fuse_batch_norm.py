@@ -245,7 +245,7 @@ def _fuse(graph: Graph, ex: _Example, emb: Embedding, axis: int, form: str, ctx)
     params = [{**static, "stats_shape": tuple(mean.shape)}, {**static, "add": ex.add}]
     take, reason = _decide(specs, params, [v.aval for v in operands], ex.train, ctx)
     if not take:
-        ctx.note("declined", (NAME, specs[0].name, reason))
+        ctx.record.decline(NAME, specs[0].name, reason)
         return False
     avals = specs[0].result_avals([v.aval for v in forward_in], params[0])
     fwd = Node(specs[0], forward_in, avals, params[0])
@@ -263,11 +263,11 @@ def _fuse(graph: Graph, ex: _Example, emb: Embedding, axis: int, form: str, ctx)
         graph.replace_uses(old, new)
     _remove(graph, inside)
     for node in created:
-        ctx.note("fusions", (NAME, node.op.name))
+        ctx.record.fused(NAME, node.op.name)
     if ex.train:
         kept = sum(_compat.aval_nbytes(emb.values[v].aval) for v in ex.residuals)
         fused = sum(_compat.aval_nbytes(v.aval) for v in fwd.outputs[1:4])
-        ctx.note("residuals", (specs[1].name, kept, fused))
+        ctx.record.residuals.append((specs[1].name, kept, fused))
     return True
 
 
@@ -289,7 +289,7 @@ def _decide(specs, params, avals, train: bool, ctx) -> tuple[bool, str]:
     name = "+".join(spec.name for spec in specs)
     key = autotune.key(name, ctx.platform, avals, {**params[0], "train": train})
     sides = functools.partial(_sides, specs, params, avals, train)
-    found = autotune.decide(name, key, sides, ctx.platform, ctx.notes.setdefault("autotune", []))
+    found = autotune.decide(name, key, sides, ctx.platform, ctx.record.autotune)
     if found is None:  # the cost model: the backward saves most, the forward about breaks even
         return True, "not measured (JGSESS_AUTOTUNE=0, or the budget was spent)"
     return found.impl == "kernel", found.reason()

@@ -12,11 +12,15 @@ directions share one call (the kernel takes each tensor's dtypes as they come).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
+from ... import _compat
 from ...ir.graph import Graph, Node
 from ...kernels import cast_all
-from ..manager import Context, Pass
+from ..manager import Context
+from .engine import Fusion, Rewrite
 
 _FLOATS = {np.dtype(d) for d in ("float32", "float16")} | {np.dtype("bfloat16")}
 
@@ -31,30 +35,29 @@ def _candidate(graph: Graph, node: Node, inputs: set) -> bool:
         and y.dtype in _FLOATS
         and x.dtype != y.dtype
         and x.shape == y.shape
-        and node.params.get("sharding") is None
+        and _compat.convert_is_plain(node.params)
         and not getattr(y.aval, "weak_type", False)
     )
 
 
-def run(graph: Graph, ctx: Context | None) -> int:
+def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
     inputs = set(graph.inputs)
+    if not _candidate(graph, node, inputs):
+        return
     casts = [n for n in graph.live() if _candidate(graph, n, inputs)]
     if len(casts) < 2:
-        return 0
-    dtypes = tuple(str(c.outputs[0].dtype) for c in casts)
-    node = Node(
+        return
+    fused = Node(
         cast_all.SPEC,
         [c.inputs[0] for c in casts],
         [c.outputs[0].aval for c in casts],
-        {"dtypes": dtypes},
+        {"dtypes": tuple(str(c.outputs[0].dtype) for c in casts)},
     )
-    graph.insert(node, before=casts[0])
-    for cast, result in zip(casts, node.outputs):
-        graph.replace_uses(cast.outputs[0], result)
-        graph.remove(cast)
-    if ctx is not None:
-        ctx.note("fusions", ("fuse-cast-all", "cast_all"))
-    return len(casts)
+    replaced = [(c.outputs[0], result) for c, result in zip(casts, fused.outputs)]
+    yield Rewrite("cast_all", [(fused, casts[0])], replaced, casts)
 
 
-PASS = Pass("fuse-cast-all", run, recursive=False, doc=__doc__)
+FUSION = Fusion(
+    "fuse-cast-all", frozenset({"convert_element_type"}), find, __doc__, recursive=False
+)
+PASS = FUSION.as_pass()

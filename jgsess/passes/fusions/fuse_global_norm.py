@@ -15,11 +15,14 @@ narrower ones in their own precision).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from ...ir.graph import Graph, Node, Value
 from ...kernels import global_norm
-from ..manager import Context, Pass
+from ..manager import Context
+from .engine import Fusion, Rewrite
 
 
 def _only_use(graph: Graph, value: Value, user: Node) -> bool:
@@ -57,24 +60,16 @@ def _chain(graph: Graph, value: Value) -> tuple[list[Value], list[Node]] | None:
     return None
 
 
-def run(graph: Graph, ctx: Context | None) -> int:
-    count = 0
-    for node in graph.live():
-        if node.name != "sqrt" or not graph.is_live(node) or not graph.is_rewritable(node):
-            continue
-        found = _chain(graph, node.inputs[0])
-        if found is None or not _only_use(graph, node.inputs[0], node):
-            continue
+def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
+    if not graph.is_rewritable(node):
+        return
+    found = _chain(graph, node.inputs[0])
+    if found is not None:
         tensors, matched = found
         fused = Node(global_norm.SPEC, tensors, [node.outputs[0].aval], {})
-        graph.insert(fused, before=node)
-        graph.replace_uses(node.outputs[0], fused.outputs[0])
-        for dead in [*matched, node]:
-            graph.remove(dead)
-        count += 1
-        if ctx is not None:
-            ctx.note("fusions", ("fuse-global-norm", "global_norm"))
-    return count
+        yield Rewrite(
+            "global_norm", [(fused, node)], [(node.outputs[0], fused.outputs[0])], [*matched, node]
+        )
 
 
-PASS = Pass("fuse-global-norm", run, doc=__doc__)
+PASS = Fusion("fuse-global-norm", frozenset({"sqrt"}), find, doc=__doc__).as_pass()

@@ -18,13 +18,15 @@ with `dy = add d1 d2` (a gradient sum, used by nothing else) into the backward o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from ...ir.graph import Graph, Node, Value
 from ...kernels import relu_mask
 from ...patterns import Lit, Pat, Var, match
-from ..manager import Context, Pass
-from ..select import available
+from ..manager import Context
+from .engine import Fusion, Rewrite
 
 _S = Var("s")
 RELU = Pat("max", [_S, Lit(0.0)])
@@ -61,24 +63,22 @@ def _absorbed_add(graph: Graph, value: Value, readers: set[Node]) -> list[Value]
     return [a, c] if set(value.users) <= readers else None
 
 
-def _fuse(graph: Graph, gt: Node, dry: bool = False) -> bool:
-    """Fuse the ReLU whose mask `gt` computes; with `dry`, only say whether it would."""
+def find(graph: Graph, gt: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
+    """The fused ReLU whose mask `gt` computes."""
     m = next(match(MASK, gt.outputs[0]), None)
     if m is None or not np.issubdtype(m["s"].dtype, np.floating):
-        return False
+        return
     s = m["s"]
     relus = [u for u in s.users if next(match(RELU, u.outputs[0]), None) is not None]
     selects = _backward_selects(graph, gt.outputs[0])
     if not relus or selects is None:
-        return False
-    if dry:
-        return True
+        return
     relu = relus[0]
     operands = _absorbed_add(graph, s, {relu, gt}) or [s]
     avals = relu_mask.FORWARD.result_avals([s.aval], {})
     forward = Node(relu_mask.FORWARD, operands, avals, {"impl": "kernel"})
-    graph.insert(forward, before=relu)
-    graph.replace_uses(relu.outputs[0], forward.outputs[0])
+    added = [(forward, relu)]
+    replaced = [(relu.outputs[0], forward.outputs[0])]
     for select in selects:
         dy = select.inputs[2]
         grads = _absorbed_add(graph, dy, {select}) or [dy]
@@ -88,33 +88,15 @@ def _fuse(graph: Graph, gt: Node, dry: bool = False) -> bool:
             [select.outputs[0].aval],
             {"impl": "kernel"},
         )
-        graph.insert(backward, before=select)
-        graph.replace_uses(select.outputs[0], backward.outputs[0])
-        graph.remove(select)
-    graph.remove(relu)
-    graph.remove(gt)
-    return True
+        added.append((backward, select))
+        replaced.append((select.outputs[0], backward.outputs[0]))
+    yield Rewrite("relu_mask", added, replaced, [relu, gt, *selects])
 
 
-def run(graph: Graph, ctx: Context) -> int:
-    count = 0
-    wanted, reason = _wanted(ctx)
-    for node in graph.live():
-        if node.name == "gt" and graph.is_live(node) and _fuse(graph, node, dry=not wanted):
-            if wanted:
-                count += 1
-                ctx.note("fusions", ("fuse-relu-mask", "relu_mask"))
-            else:
-                ctx.note("declined", ("fuse-relu-mask", "relu_mask", reason))
-    return count
-
-
-def _wanted(ctx: Context) -> tuple[bool, str]:
-    for spec in (relu_mask.FORWARD, relu_mask.BACKWARD):
-        ok, reason = available(spec, ctx.platform)
-        if not ok:
-            return False, reason
-    return relu_mask.prefer_kernel(None, ctx.platform)
-
-
-PASS = Pass("fuse-relu-mask", run, doc=__doc__)
+PASS = Fusion(
+    "fuse-relu-mask",
+    frozenset({"gt"}),
+    find,
+    __doc__,
+    kernels=(relu_mask.FORWARD, relu_mask.BACKWARD),
+).as_pass()

@@ -23,7 +23,8 @@ import numpy as np
 
 from ...ir.graph import Graph, Node, Value
 from ...kernels.spec import KernelSpec
-from ...patterns import Match, from_function
+from ...patterns import Match
+from .by_example import from_function
 from .engine import FusionRule
 
 

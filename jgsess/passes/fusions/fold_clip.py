@@ -12,13 +12,16 @@ replaces, and reads g once instead of XLA reading it for the select and again fo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from ..ir import ops
-from ..ir.graph import Graph, Node, Value
-from ..kernels import adamw
-from ..patterns import Pat, Scalar, Var, match
-from .manager import Context, Pass
+from ...ir import ops
+from ...ir.graph import Graph, Node
+from ...kernels import adamw
+from ...patterns import Pat, Scalar, Var, match
+from ..manager import Context
+from .engine import Fusion, Rewrite
 
 _G = Var("g")
 _SCALED = Pat("div", [_G, Scalar("norm")])
@@ -29,42 +32,41 @@ CLIPPED = [
 _CLIP_SLOTS = [adamw.SCALARS.index(k) for k in ("keep", "norm", "clip")]
 
 
-def _fold(graph: Graph, node: Node, casts: dict) -> bool:
+def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
+    """`node` (an adamw node) reading its gradient clipped; `memo`: predicate -> its f32 cast,
+    one per predicate, so the updates still share scalars after combine-optimizers."""
+    if node.op is not adamw.SPEC:
+        return
     static = node.op.static(node.params)
     if static["flags"] & adamw.CLIP:
-        return False
+        return
     g = node.inputs[len(adamw.SCALARS) + 1]
     for pattern in CLIPPED:
         m = next(match(pattern, g), None)
         if m is None:
             continue
         keep, norm = m["keep"], m["norm"]
-        if keep.dtype != np.bool_ or norm.dtype != np.float32:
-            continue
         clip = m.get("clip") or ops.const(1.0, norm)
-        if clip.dtype != np.float32:
+        if keep.dtype != np.bool_ or norm.dtype != np.float32 or clip.dtype != np.float32:
             continue
-        if keep not in casts:  # one cast per predicate, so the updates still share scalars
+        added = []
+        created = keep not in memo
+        if created:
             cast = ops.convert(keep, np.float32)
-            graph.insert(cast, before=node)
-            casts[keep] = cast.outputs[0]
+            added.append((cast, node))
+            memo[keep] = cast.outputs[0]
         inputs = list(node.inputs)
-        for slot, value in zip(_CLIP_SLOTS, (casts[keep], norm, clip)):
+        for slot, value in zip(_CLIP_SLOTS, (memo[keep], norm, clip)):
             inputs[slot] = value
         inputs[len(adamw.SCALARS) + 1] = m["g"]
         params = dict(node.params, flags=static["flags"] | adamw.CLIP)
         folded = Node(node.op, inputs, [v.aval for v in node.outputs], params)
-        graph.insert(folded, before=node)
-        for old, new in zip(node.outputs, folded.outputs):
-            graph.replace_uses(old, new)
-        graph.remove(node)
-        return True
-    return False
+        added.append((folded, node))
+        yield Rewrite("clip_by_global_norm", added, list(zip(node.outputs, folded.outputs)), [node])
+        if created:  # the driver declined it: the cast was never inserted
+            del memo[keep]
+        return
 
 
-def run(graph: Graph, ctx: Context | None) -> int:
-    casts: dict[Value, Value] = {}
-    return sum(_fold(graph, n, casts) for n in graph.live() if n.is_fused and n.op is adamw.SPEC)
-
-
-PASS = Pass("fold-clip", run, doc=__doc__)
+# producers first: the cast goes before the first update that reads it
+PASS = Fusion("fold-clip", frozenset({"adamw"}), find, __doc__, producers_first=True).as_pass()

@@ -6,7 +6,8 @@
 
 Array arguments become `Var`s, rank-0 arguments `Scalar`s (literal or traced hyper-parameters),
 literals inside the function `Lit`s. The traced graph is canonicalized first, exactly as the
-programs it will be matched against are.
+programs it will be matched against are (so this lives beside the passes, not in patterns/,
+which the passes import).
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from ..ir import from_jaxpr
-from ..ir.graph import Value
-from .matcher import pattern_nodes
-from .pat import Lit, Pat, Pattern, Scalar, Var
+from ... import _compat
+from ...ir import from_jaxpr
+from ...ir.graph import Value
+from ...patterns import Lit, Pat, Pattern, Scalar, Var, pattern_nodes
+from .. import canonicalize, dce
 
-# params that depend on the example's shapes, not on what is computed
-_SHAPE_PARAMS = frozenset({"shape", "broadcast_dimensions", "sharding", "out_sharding"})
 _EXAMPLE_SIZE = 7
 
 
@@ -52,8 +52,6 @@ def from_function(fn, scalars=(), dtypes=None, names=None) -> ExamplePattern:
       An ExamplePattern whose root is the function's first output; every other output must be
       computed on the way to it.
     """
-    from ..passes import canonicalize, dce  # the passes use patterns too
-
     names = tuple(names or inspect.signature(fn).parameters)
     dtypes = dtypes or {}
     structs = [
@@ -77,7 +75,7 @@ def from_function(fn, scalars=(), dtypes=None, names=None) -> ExamplePattern:
                 raise ValueError("pattern examples may only hold scalar constants")
             return Lit(number)
         node = value.producer
-        params = {k: v for k, v in node.params.items() if k not in _SHAPE_PARAMS}
+        params = {k: v for k, v in node.params.items() if k not in _compat.SHAPE_PARAMS}
         pattern = Pat(
             node.name,
             [convert(v) for v in node.inputs],

@@ -1,0 +1,69 @@
+"""The package's module graph has no cycles, counting every import statement (module level or
+inside a function) between jgsess's modules."""
+
+import ast
+import os
+
+import jgsess
+
+PACKAGE = os.path.dirname(jgsess.__file__)
+
+
+def modules() -> dict[str, str]:
+    """Dotted module name -> file, for every module of jgsess (and its compiled extension)."""
+    found = {}
+    for folder, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".so"):
+                found[f"jgsess.{name.split('.')[0]}"] = ""
+            elif name.endswith(".py"):
+                rel = os.path.relpath(os.path.join(folder, name), os.path.dirname(PACKAGE))
+                dotted = rel[: -len(".py")].replace(os.sep, ".")
+                found[dotted.removesuffix(".__init__")] = os.path.join(folder, name)
+    return found
+
+
+def imports(module: str, path: str, known: set[str]) -> set[str]:
+    """The jgsess modules `module` imports: `from a import b` counts a.b if it is a module,
+    else a; `import a.b` counts a.b."""
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    found = set()
+    if not path:
+        return set()
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            source = ".".join(filter(None, [base if node.level else "", node.module or ""]))
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                found.add(sub if sub in known else source)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {m for m in found if m in known and m != module}
+
+
+def test_no_import_cycles():
+    files = modules()
+    graph = {m: imports(m, path, set(files)) for m, path in files.items()}
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycle = stack[stack.index(n) :] + [n]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
