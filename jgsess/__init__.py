@@ -7,9 +7,8 @@ updates as XLA FFI custom calls, cast and transpose cleanups, ...) and falls bac
 
 from . import optim
 from ._api import JgsessFallbackWarning, Jitted, jit
+from ._version import __version__  # noqa: F401 - the public attribute
 from .kernels import KernelSpec
 from .report import Report
-
-__version__ = "0.1.0"
 
 __all__ = ["JgsessFallbackWarning", "Jitted", "KernelSpec", "Report", "jit", "optim"]

@@ -117,7 +117,7 @@ def _device_kind(platform: str) -> str:
 def key(kernel: str, platform: str, avals, static: dict) -> str:
     """The cache key of a decision: kernel, operand shapes and dtypes, static params, platform,
     device kind, jgsess and jax versions."""
-    from . import __version__
+    from ._version import __version__
 
     operands = ",".join(f"{np.dtype(a.dtype).name}{list(a.shape)}" for a in avals)
     params = repr(sorted((k, repr(v)) for k, v in static.items()))
