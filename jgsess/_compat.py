@@ -40,6 +40,22 @@ def require_devices_when_lowering(primitive) -> None:
     dispatch.prim_requires_devices_during_lowering.add(primitive)
 
 
+# jax's all-reduce primitives: psum, and the psum of a shard_map body that checks which values
+# vary over its axes
+_ALL_REDUCES = ("psum", "psum_invariant", "psum2")
+
+
+def is_all_reduce(primitive, params: dict) -> bool:
+    """An all-reduce (sum) over named mesh axes, over all the devices of each axis."""
+    axes = params.get("axes")
+    return (
+        getattr(primitive, "name", None) in _ALL_REDUCES
+        and params.get("axis_index_groups") is None
+        and isinstance(axes, tuple)
+        and all(isinstance(a, str) for a in axes)
+    )
+
+
 _SHARD_MAP_PARAMS = {"mesh", "in_specs", "out_specs", "check_vma", "newly_manual_axes"}
 
 

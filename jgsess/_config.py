@@ -7,6 +7,9 @@ JGSESS_KERNELS=off     every fused node runs its pure-JAX reference; =off:adamw,
                        off just those kernels
 JGSESS_PREFER=memory   also take kernels that save memory at a small cost in speed (ReLU
                        bit-mask residuals: measured 2-4% slower on the CPU, 7-19% less temp)
+JGSESS_BUCKETS=on|off  bucket-all-reduce: take the rewrite without measuring, or never (default:
+                       where it measured faster than XLA's own all-reduces)
+JGSESS_BUCKET_MB=25    the largest all-reduce bucket, in MB (0 turns bucketing off)
 JGSESS_STRICT=1        a failure inside the pipeline raises instead of falling back to jax.jit
 JGSESS_VERIFY=1        check the graph's invariants after every pass (always on in the tests)
 """
@@ -47,3 +50,12 @@ def strict() -> bool:
 
 def verify() -> bool:
     return _flag("JGSESS_VERIFY")
+
+
+def buckets() -> str:
+    setting = os.environ.get("JGSESS_BUCKETS", "").strip().lower()
+    return setting if setting in ("on", "off") else "measure"
+
+
+def bucket_bytes() -> int:
+    return int(float(os.environ.get("JGSESS_BUCKET_MB", "25")) * 2**20)

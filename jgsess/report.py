@@ -99,6 +99,11 @@ class Report:
         return list({m.key: m for m in self.session.record.autotune}.values())
 
     @property
+    def buckets(self) -> list:
+        """bucket-all-reduce's groups of all-reduces: buckets, timings, decisions."""
+        return self.session.record.buckets
+
+    @property
     def fallback(self) -> str | None:
         return self.session.fallback
 
@@ -151,6 +156,31 @@ class Report:
                 for m in self.selection
             ]
             out += ["", table(["measured selection", "chose", "kernel", "xla", "source"], rows)]
+        if self.buckets:
+            rows = [
+                [
+                    ",".join(b.axes),
+                    b.dtype,
+                    f"{b.operands} in {b.calls}",
+                    " + ".join(_mb(n) for n in b.buckets),
+                    "-" if b.written_ms is None else f"{b.written_ms:.3f} ms",
+                    "-" if b.bucketed_ms is None else f"{b.bucketed_ms:.3f} ms",
+                    "bucketed" if b.taken else "as written",
+                    b.reason,
+                ]
+                for b in self.buckets
+            ]
+            headers = [
+                "all-reduce axes",
+                "dtype",
+                "operands",
+                "buckets",
+                "as written",
+                "bucketed",
+                "runs",
+                "why",
+            ]
+            out += ["", table(headers, rows)]
         plan = s.record.memory_plan
         if plan is not None:
             out += [

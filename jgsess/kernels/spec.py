@@ -175,6 +175,8 @@ def _make_primitive(spec: KernelSpec):
         if _exporting(ctx):  # jax.export: the reference, so the artifact runs anywhere
             return reference_rule(ctx, *args, **params)
         how = "kernel" if params.get("local") else partition.how_to_lower(ctx)
+        if how == "partition" and spec.factors is None:
+            how = "reference"  # no sharding rule: XLA partitions the reference instead
         if how == "partition":
             return partition.lower(spec, ctx, args, params)
         if how == "reference":

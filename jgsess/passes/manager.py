@@ -53,6 +53,8 @@ class CompileRecord:
     autotune: list = field(default_factory=list)
     # (kernel, residual bytes kept, fused) per BatchNorm fusion: fuse-batch-norm
     residuals: list = field(default_factory=list)
+    # bucket_all_reduce.BucketChoice per group of all-reduces: bucket-all-reduce
+    buckets: list = field(default_factory=list)
 
     def fused(self, pass_name: str, kernel: str) -> None:
         self.fusions.append((pass_name, kernel))

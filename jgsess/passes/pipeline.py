@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import (
     add_any,
+    bucket_all_reduce,
     canonicalize,
     casts,
     combine,
@@ -47,6 +48,7 @@ def default_pipeline() -> list[Pass]:
         select.PASS,
         # hardware: platform passes that need the kernel decisions (GPUSession::HardwareOptimize)
         fuse_relu_mask.PASS,
+        bucket_all_reduce.PASS,
         dce.PASS,
         # plan: in-place results, the workspace arena, the memory plan (KernelRuntime::AssignMemory)
         plan.PASS,

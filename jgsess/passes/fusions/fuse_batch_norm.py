@@ -284,8 +284,6 @@ def _decide(specs, params, avals, train: bool, ctx) -> tuple[bool, str]:
         ok, reason = available(spec, ctx.platform)
         if not ok:
             return False, reason
-    if jax.device_count() > 1:  # the statistics reduce over the batch: no sharding rule yet
-        return False, f"{jax.device_count()} devices: no partitioning rule for BatchNorm"
     name = "+".join(spec.name for spec in specs)
     key = autotune.key(name, ctx.platform, avals, {**params[0], "train": train})
     sides = functools.partial(_sides, specs, params, avals, train)

@@ -1,0 +1,118 @@
+"""bucket-all-reduce: per-leaf all-reduces of a shard_map body become one per bucket.
+
+On one device here (a mesh of size 1 still has the collectives); tests/multi_device/cases.py
+runs the pass on 4 devices.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+import jgsess
+from jgsess.passes import bucket_all_reduce
+from tests.helpers import assert_trees_close
+
+SHAPES = [(13, 7), (7,), (300,), (2, 3, 5)]
+
+
+def tree(seed=0):
+    key = jax.random.PRNGKey(seed)
+    return [jax.random.normal(jax.random.fold_in(key, i), s) for i, s in enumerate(SHAPES)]
+
+
+def per_leaf_pmean(xs, ints):
+    mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
+
+    def body(xs, ints):
+        grads = [jnp.sin(x) * 2 for x in xs]
+        return [jax.lax.pmean(g, "data") for g in grads], jax.lax.psum(ints, "data")
+
+    return jax.shard_map(body, mesh=mesh, in_specs=P(), out_specs=P())(xs, ints)
+
+
+def all_reduces(fn, *args) -> int:
+    return len(re.findall(r"stablehlo\.all_reduce|all-reduce\(", fn.lower(*args).as_text()))
+
+
+def test_fires_numbers_match_and_fewer_all_reduces(monkeypatch):
+    monkeypatch.setenv("JGSESS_BUCKETS", "on")
+    xs, ints = tree(), jnp.arange(3)
+    fused = jgsess.jit(per_leaf_pmean)
+    assert_trees_close(fused(xs, ints), jax.jit(per_leaf_pmean)(xs, ints))
+    (choice,) = [c for c in fused.report(xs, ints).buckets if c.dtype == "float32"]
+    assert choice.taken and choice.operands == 4 and len(choice.buckets) == 1
+    assert all_reduces(fused, xs, ints) == 2  # the f32 bucket and the int32 psum
+    assert all_reduces(jax.jit(per_leaf_pmean), xs, ints) == 5
+
+
+def test_bucket_size_cuts_in_ready_order(monkeypatch):
+    monkeypatch.setenv("JGSESS_BUCKETS", "on")
+    monkeypatch.setenv("JGSESS_BUCKET_MB", str(400 / 2**20))  # 400 bytes
+    xs, ints = tree(1), jnp.arange(3)
+    fused = jgsess.jit(per_leaf_pmean)
+    assert_trees_close(fused(xs, ints), jax.jit(per_leaf_pmean)(xs, ints))
+    (choice,) = [c for c in fused.report(xs, ints).buckets if c.dtype == "float32"]
+    # 364 bytes + 28 bytes, then 1200 bytes alone, then 120 bytes
+    assert choice.buckets == (392, 1200, 120)
+
+
+def test_near_misses_stay_as_written(monkeypatch):
+    monkeypatch.setenv("JGSESS_BUCKETS", "on")
+    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
+
+    def body(a, b, n):
+        # different axes, and a lone int psum: nothing to put together
+        return jax.lax.psum(a, "data"), jax.lax.psum(b, "model"), jax.lax.psum(n, "data")
+
+    fn = jax.shard_map(body, mesh=mesh, in_specs=P(), out_specs=P())
+    args = (jnp.ones(5), jnp.ones(6), jnp.arange(3))
+    fused = jgsess.jit(fn)
+    assert_trees_close(fused(*args), jax.jit(fn)(*args))
+    assert fused.report(*args).buckets == []
+
+
+def test_off_and_measured(monkeypatch):
+    xs, ints = tree(2), jnp.arange(3)
+    monkeypatch.setenv("JGSESS_BUCKETS", "off")
+    assert jgsess.jit(per_leaf_pmean).report(xs, ints).buckets == []
+    monkeypatch.delenv("JGSESS_BUCKETS")
+    fused = jgsess.jit(per_leaf_pmean)
+    assert_trees_close(fused(xs, ints), jax.jit(per_leaf_pmean)(xs, ints))
+    (choice,) = [c for c in fused.report(xs, ints).buckets if c.dtype == "float32"]
+    assert choice.written_ms > 0 and choice.bucketed_ms > 0
+    assert choice.taken == (choice.bucketed_ms < choice.written_ms)
+    assert "all-reduce axes" in str(fused.report(xs, ints))
+
+
+def test_a_gradient_behind_a_reduced_value_starts_a_new_bucket(monkeypatch):
+    monkeypatch.setenv("JGSESS_BUCKETS", "on")
+    mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
+
+    def body(a, b):
+        a2 = jax.lax.psum(a, "data")
+        return a2, jax.lax.psum(b * a2.sum(), "data")
+
+    fn = jax.shard_map(body, mesh=mesh, in_specs=P(), out_specs=P())
+    args = (jnp.arange(5.0), jnp.arange(6.0))
+    fused = jgsess.jit(fn)
+    assert_trees_close(fused(*args), jax.jit(fn)(*args))
+    assert fused.report(*args).buckets == []  # two buckets of one: as written
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cap", "want"),
+    [([4, 4, 4], 8, [[0, 1], [2]]), ([10, 1, 1], 8, [[0], [1, 2]]), ([1], 8, [[0]])],
+)
+def test_cut(sizes, cap, want):
+    class V:
+        def __init__(self, n):
+            self.aval = jax.core.ShapedArray((n,), jnp.uint8)
+
+    operands = [(V(n), None, i) for i, n in enumerate(sizes)]
+    got = bucket_all_reduce._cut(operands, cap, lambda value, nodes: False)
+    assert [[i for _, _, i in b] for b in got] == want
