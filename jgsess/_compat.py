@@ -56,6 +56,15 @@ def is_all_reduce(primitive, params: dict) -> bool:
     )
 
 
+def all_reduce_axes(params: dict) -> tuple:
+    return tuple(params["axes"])
+
+
+def shard_map_mesh(params: dict):
+    """The mesh of a `shard_map` equation (a Mesh, or an AbstractMesh without devices)."""
+    return params["mesh"]
+
+
 _SHARD_MAP_PARAMS = {"mesh", "in_specs", "out_specs", "check_vma", "newly_manual_axes"}
 
 

@@ -77,9 +77,10 @@ def run(graph: Graph, ctx: Context) -> int:
     count = 0
     for g in list(graph.walk()):
         for node in g.live():
-            if node.name == "shard_map" and "jaxpr" in node.subgraphs:
-                for body in node.subgraphs["jaxpr"].walk():
-                    count += _bucket_body(body, node.params["mesh"], cap, setting, ctx)
+            if _compat.is_shard_map(node.name) and _compat.SHARD_MAP_BODY in node.subgraphs:
+                mesh = _compat.shard_map_mesh(node.params)
+                for body in node.subgraphs[_compat.SHARD_MAP_BODY].walk():
+                    count += _bucket_body(body, mesh, cap, setting, ctx)
     return count
 
 
@@ -90,7 +91,8 @@ def _bucket_body(body: Graph, mesh, cap: int, setting: str, ctx: Context) -> int
         if _compat.is_all_reduce(node.op, node.params) and body.is_rewritable(node):
             dtypes = {v.dtype for v in node.inputs}
             if len(dtypes) == 1:
-                groups.setdefault((tuple(node.params["axes"]), dtypes.pop()), []).append(node)
+                key = (_compat.all_reduce_axes(node.params), dtypes.pop())
+                groups.setdefault(key, []).append(node)
     count = 0
     for (axes, dtype), nodes in groups.items():
         operands = [(v, node, i) for node in nodes for i, v in enumerate(node.inputs)]
