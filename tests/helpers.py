@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jgsess import _compat
 from jgsess.emit import emit
@@ -95,3 +96,19 @@ def jaxpr_structure(closed):
         ),
         tuple(ref(a) for a in jaxpr.outvars),
     )
+
+
+def shard_map_bodies_rebuilt() -> bool:
+    """Whether jgsess optimizes shard_map bodies on this jax (its params as of jax 0.8)."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    mapped = jax.shard_map(lambda x: x, mesh=mesh, in_specs=P(), out_specs=P())
+    (eqn,) = jax.make_jaxpr(mapped)(jnp.ones(2)).jaxpr.eqns
+    return _compat.can_rebuild_shard_map(eqn.params)
+
+
+needs_shard_map_bodies = pytest.mark.skipif(
+    not shard_map_bodies_rebuilt(), reason="shard_map bodies stay opaque before jax 0.8"
+)

@@ -20,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jgsess
-from tests.helpers import assert_trees_close
+from tests.helpers import assert_trees_close, needs_shard_map_bodies
 
 COLLECTIVES = ("all-gather", "all-reduce", "collective-permute", "all-to-all", "reduce-scatter")
 
@@ -185,6 +185,7 @@ def per_leaf_pmean_step(mesh):
     return jax.shard_map(local_step, mesh=mesh, in_specs=(rep, rep, split, split), out_specs=rep)
 
 
+@needs_shard_map_bodies
 def test_shard_map_with_pmean():
     mesh = Mesh(np.array(jax.devices()), ("data",))
     x, y = batch()
@@ -251,6 +252,7 @@ def test_arguments_on_different_devices_raise_as_jax_jit_does():
     assert str(fused.value) == str(plain.value)
 
 
+@needs_shard_map_bodies
 @pytest.mark.parametrize("setting", ["on", "measure"])
 def test_gradient_all_reduces_in_buckets(monkeypatch, setting):
     if setting == "on":
@@ -279,7 +281,7 @@ def test_a_split_that_does_not_divide_a_leaf():
     mesh = Mesh(np.array(jax.devices()), ("d",))
     uneven = NamedSharding(mesh, P("d"))
     params = {"odd": jax.random.normal(jax.random.PRNGKey(0), (1001,))}
-    with pytest.raises(ValueError, match="evenly divide"):
+    with pytest.raises(ValueError):  # jax refuses it outside a program
         jax.device_put(params["odd"], uneven)
     opt = optax.adamw(1e-3)
     state = opt.init(params)

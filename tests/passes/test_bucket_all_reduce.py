@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 import jgsess
 from jgsess.passes import bucket_all_reduce
-from tests.helpers import assert_trees_close
+from tests.helpers import assert_trees_close, needs_shard_map_bodies
 
 SHAPES = [(13, 7), (7,), (300,), (2, 3, 5)]
 
@@ -39,6 +39,7 @@ def all_reduces(fn, *args) -> int:
     return len(re.findall(r"stablehlo\.all_reduce|all-reduce\(", fn.lower(*args).as_text()))
 
 
+@needs_shard_map_bodies
 def test_fires_numbers_match_and_fewer_all_reduces(monkeypatch):
     monkeypatch.setenv("JGSESS_BUCKETS", "on")
     xs, ints = tree(), jnp.arange(3)
@@ -50,6 +51,7 @@ def test_fires_numbers_match_and_fewer_all_reduces(monkeypatch):
     assert all_reduces(jax.jit(per_leaf_pmean), xs, ints) == 5
 
 
+@needs_shard_map_bodies
 def test_bucket_size_cuts_in_ready_order(monkeypatch):
     monkeypatch.setenv("JGSESS_BUCKETS", "on")
     monkeypatch.setenv("JGSESS_BUCKET_MB", str(400 / 2**20))  # 400 bytes
@@ -61,6 +63,7 @@ def test_bucket_size_cuts_in_ready_order(monkeypatch):
     assert choice.buckets == (392, 1200, 120)
 
 
+@needs_shard_map_bodies
 def test_near_misses_stay_as_written(monkeypatch):
     monkeypatch.setenv("JGSESS_BUCKETS", "on")
     mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
@@ -76,6 +79,7 @@ def test_near_misses_stay_as_written(monkeypatch):
     assert fused.report(*args).buckets == []
 
 
+@needs_shard_map_bodies
 def test_off_and_measured(monkeypatch):
     xs, ints = tree(2), jnp.arange(3)
     monkeypatch.setenv("JGSESS_BUCKETS", "off")
@@ -89,6 +93,7 @@ def test_off_and_measured(monkeypatch):
     assert "all-reduce axes" in str(fused.report(xs, ints))
 
 
+@needs_shard_map_bodies
 def test_a_gradient_behind_a_reduced_value_starts_a_new_bucket(monkeypatch):
     monkeypatch.setenv("JGSESS_BUCKETS", "on")
     mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
