@@ -30,6 +30,8 @@ CHECKED = {
     "backend": "test_device_and_backend",
     "inline": "test_inline",
     "compiler_options": "test_compiler_options",
+    # jax 0.7 only (experimental dynamic shapes, removed later): passed to jax.jit as given
+    "abstracted_axes": "test_the_signature_is_jax_jits",
 }
 
 
@@ -43,7 +45,7 @@ def test_the_signature_is_jax_jits():
     assert [(p.name, p.kind, p.default) for p in ours.values()] == [
         (p.name, p.kind, p.default) for p in theirs.values()
     ]
-    assert set(theirs) == set(CHECKED), "a jax.jit argument nobody has checked under jgsess"
+    assert set(theirs) <= set(CHECKED), "a jax.jit argument nobody has checked under jgsess"
 
 
 def test_unknown_keywords_raise_as_jax_does():
@@ -236,6 +238,8 @@ def test_jitting_a_function_twice_traces_it_once():
 
 
 def test_trace_hooks_see_one_trace_as_with_jax_jit():
+    if not hasattr(jax.monitoring, "unregister_event_duration_listener"):
+        pytest.skip("this jax cannot remove a monitoring listener again")
     seen = []
 
     def listener(event, duration, **kwargs):
