@@ -146,13 +146,15 @@ def _factors(spec, call: _Call) -> Factors:
     return factors.with_arena() if kwargs.get("workspace") else factors
 
 
-def _split_axes(arrays, shardings, shapes, mesh, factors: Factors) -> dict[str, tuple]:
-    """mesh axes per factor, taken whole from one array (factors per dimension) with a known
-    sharding: the one split most ways (the first of equals), as XLA propagates through
-    elementwise operations. A split that does not divide its dimension is dropped."""
+def _split_axes(dims, arrays, mesh, factors: Factors) -> dict[str, tuple]:
+    """mesh axes per factor, taken whole from one of `arrays` (`dims`: its factors per
+    dimension) with a known sharding: the one split most ways (the first of equals), as XLA
+    propagates through elementwise operations. A split that does not divide its dimension is
+    dropped."""
     sizes = dict(factors.sizes)
     candidates = []
-    for operand, sharding, shape in zip(arrays, shardings, shapes):
+    for operand, array in zip(dims, arrays):
+        sharding, shape = array.sharding, array.shape
         if not isinstance(sharding, NamedSharding):  # not known yet (GSPMD's propagation)
             continue
         spec = tuple(sharding.spec) + (None,) * (len(shape) - len(sharding.spec))
@@ -201,21 +203,8 @@ def _placement(spec, call, mesh, arg_shapes, result_shapes=()):
     factors = _factors(spec, call)
     mesh = _mesh_of(mesh, arg_shapes)
     try:
-        axes = _split_axes(
-            factors.operands,
-            [a.sharding for a in arg_shapes],
-            [a.shape for a in arg_shapes],
-            mesh,
-            factors,
-        )
-        chosen = _split_axes(
-            factors.results,
-            [r.sharding for r in result_shapes],
-            [r.shape for r in result_shapes],
-            mesh,
-            factors,
-        )
-        axes.update(chosen)
+        axes = _split_axes(factors.operands, arg_shapes, mesh, factors)
+        axes.update(_split_axes(factors.results, result_shapes, mesh, factors))
     except Exception as err:  # noqa: BLE001 - see the docstring
         warnings.warn(
             f"jgsess: {spec.target} replicated ({type(err).__name__}: {err})", stacklevel=1
