@@ -1,27 +1,36 @@
-"""Optimizer-step benchmark: the same optax update under jax.jit and under jgsess.
+"""Optimizer-step benchmark: the same optax update under jax.jit, jgsess and torch's fused
+optimizers, and the jgsess kernels alone against the machine's in-place ceiling.
 
-For each parameter set (real model shapes, benchmarks/param_sets.py) and optimizer (AdamW,
-SGD with momentum), four variants run the step `(params, state, grads) -> (params, state)`
-with params and state donated:
+For each parameter set (real model shapes, benchmarks/param_sets.py), optimizer (AdamW, SGD
+with momentum 0.9) and parameter dtype (f32; bf16 with f32 optimizer state), these variants run
+one step `(params, state, grads) -> (params, state)` with params and state donated:
 
   jax.jit            optax's update + apply_updates, compiled by XLA
   jgsess.jit         the same unmodified function, compiled by jgsess.jit
   jgsess.optim       jgsess.optim's fused step (update and apply in the kernel)
   optax.flatten      optax.flatten(optimizer) under jax.jit (one concatenated vector)
+  torch fused        torch.optim.AdamW(fused=True) / torch.optim.SGD(momentum=0.9,
+                     fused=True), when torch is installed (`pip install .[bench]`)
+  kernel             the jgsess kernel alone (its primitive under jax.jit, in place): what
+                     the CPU kernel itself reaches
 
 All variants live in one process and run interleaved, round after round, after warm-up; each
-reports the median of its runs. A STREAM triad (a = b + s*c, donated) measured in the same run
-on the CPU, a device-to-device copy on a GPU, measured in the same run, gives the machine's
-bandwidth ceiling; each variant's bandwidth counts the bytes an optimizer must move per f32
-parameter (AdamW 28: p, g, m, v in, p, m, v out; momentum 20).
+reports the median of its runs. The ceiling is an in-place stream in C++ with exactly the
+optimizer's traffic (AdamW: read p, g, m, v and write p, m, v in place; momentum: read p, g,
+acc and write p, acc), measured in the same run on one large tensor, at the start and at the
+end (the better of the two); every variant reports its share of it, and of the STREAM triad
+(a = b + s*c, which also pays write-allocate traffic) as a second column. Bytes counted per
+parameter: AdamW 28 (f32) or 22 (bf16 p and g), momentum 20 or 14.
 
-    python benchmarks/optimizer_step.py [--sets resnet50,bert-base] [--runs 9] [--out DIR]
+    python benchmarks/optimizer_step.py [--sets resnet50,bert-base] [--dtypes f32,bf16]
+        [--optimizers adamw,momentum] [--runs 9] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -35,37 +44,57 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from param_sets import SETS  # noqa: E402
 
 import jgsess  # noqa: E402
+from jgsess.kernels import adamw, momentum  # noqa: E402
 
-OPTIMIZERS = {
-    # name: (optax transformation, jgsess.optim transformation, bytes moved per parameter)
-    "adamw": (
-        lambda: optax.adamw(1e-3, weight_decay=1e-4),
-        lambda: jgsess.optim.adamw(1e-3, weight_decay=1e-4),
-        28,
-    ),
-    "momentum": (
-        lambda: optax.sgd(1e-2, momentum=0.9),
-        lambda: jgsess.optim.sgd(1e-2, momentum=0.9),
-        20,
-    ),
-}
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+TRAFFIC = {"adamw": (4, 3), "momentum": (3, 2)}  # arrays read, arrays written back in place
+
+
+def optimizers(dtype):
+    """name -> (optax transformation, jgsess.optim transformation); bf16 params keep f32
+    state (optax's mu_dtype / accumulator_dtype)."""
+    state = {} if dtype == jnp.float32 else {"dtype": jnp.float32}
+    return {
+        "adamw": (
+            lambda: optax.adamw(1e-3, weight_decay=1e-4, mu_dtype=state.get("dtype")),
+            lambda: jgsess.optim.adamw(1e-3, weight_decay=1e-4),
+        ),
+        "momentum": (
+            lambda: optax.sgd(1e-2, momentum=0.9, accumulator_dtype=state.get("dtype")),
+            lambda: jgsess.optim.sgd(1e-2, momentum=0.9),
+        ),
+    }
+
+
+def bytes_per_param(optimizer: str, dtype) -> int:
+    reads, writes = TRAFFIC[optimizer]
+    narrow = jnp.dtype(dtype).itemsize
+    return 2 * narrow + 4 * (reads - 2) + narrow + 4 * (writes - 1)
 
 
 def log(message: str) -> None:
     print(message, flush=True)
 
 
-def ceiling_gbps(n: int = 1 << 26, runs: int = 9) -> tuple[str, float]:
-    """The bandwidth ceiling: (what was measured, GB/s).
+def ceilings(n: int = 1 << 24, runs: int = 7) -> dict:
+    """(optimizer, dtype name) -> in-place GB/s, and "triad" -> STREAM triad GB/s. On a GPU:
+    a device-to-device copy for all of them."""
+    if jax.default_backend() != "cpu":
+        copy = device_copy_gbps(n, runs)
+        return {"triad": copy, **{(o, d): copy for o in TRAFFIC for d in DTYPES}}
+    from jgsess import _C
 
-    CPU: STREAM triad a = b + s*c in C++ on every core, 12 bytes per element (XLA's own CPU
-    triad runs on one thread and would understate it). GPU: a device-to-device copy of n f32
-    (CuPy's memcpy), 8 bytes per element counted; XLA's copy-like `scale` where CuPy is missing.
-    """
-    if jax.default_backend() == "cpu":
-        from jgsess import _C
+    out = {"triad": _C.stream_triad_gbps(n, runs)}
+    for optimizer, (reads, writes) in TRAFFIC.items():
+        for name, dtype in DTYPES.items():
+            size = jnp.dtype(dtype).itemsize
+            out[optimizer, name] = _C.stream_inplace_gbps(n, reads, writes, size, runs)
+    return out
 
-        return "STREAM triad", _C.stream_triad_gbps(n // 2, runs)
+
+def device_copy_gbps(n: int, runs: int) -> float:
+    """A device-to-device copy of n f32 (CuPy's memcpy), 8 bytes per element counted; XLA's
+    copy-like `scale` where CuPy is missing."""
     try:
         import cupy
 
@@ -78,7 +107,7 @@ def ceiling_gbps(n: int = 1 << 26, runs: int = 9) -> tuple[str, float]:
             stop.record()
             stop.synchronize()
             best = min(best, cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-        return "device-to-device copy", 8 * n / best / 1e9
+        return 8 * n / best / 1e9
     except ImportError:
         scale = jax.jit(lambda a, b: b * 1.0001, donate_argnums=0)
         a, b = jnp.zeros((n,)), jnp.ones((n,))
@@ -88,11 +117,98 @@ def ceiling_gbps(n: int = 1 << 26, runs: int = 9) -> tuple[str, float]:
             begin = time.perf_counter()
             a = scale(a, b).block_until_ready()
             times.append(time.perf_counter() - begin)
-        return "XLA scale (copy-like)", 8 * n / min(times) / 1e9
+        return 8 * n / min(times) / 1e9
 
 
-def make_variants(optimizer: str):
-    make_optax, make_fused, _ = OPTIMIZERS[optimizer]
+class JaxVariant:
+    """A step `(params, state, grads) -> (params, state)` on its own copy of the state."""
+
+    def __init__(self, fn, init, params, grads):
+        self.fn, self.grads = fn, grads
+        self.params = [jnp.copy(x) for x in params]
+        self.state = init(self.params)
+
+    def step(self) -> None:
+        self.params, self.state = self.fn(self.params, self.state, self.grads)
+        jax.block_until_ready((self.params, self.state))
+
+
+class KernelVariant(JaxVariant):
+    """The jgsess kernel alone: its primitive, every result written over its operand."""
+
+    def __init__(self, optimizer, params, grads):
+        spec, flags = (
+            (adamw.SPEC, adamw.OPTAX_ADAMW) if optimizer == "adamw" else (momentum.SPEC, 0)
+        )
+        scalars = [0.9, 0.1, 0.999, 0.001, 0.5, 0.25, 1e-8, 0.0, 1e-4, 1e-3, 1.0, 1.0, 1.0]
+        if optimizer == "momentum":
+            scalars = [1e-2, 0.9, 0.0, 1.0]
+        self.scalars = [jnp.float32(s) for s in scalars]
+        per_tensor = spec.layout[1]
+        state = per_tensor - 2
+        base = len(scalars)
+        pairs = spec.inplace({"flags": flags}, base + per_tensor * len(params))
+        aliases = tuple(sorted(pairs.items()))
+        donate = tuple(sorted({i for i, _ in aliases}))
+        bind = jax.jit(
+            lambda *ops: spec.primitive.bind(*ops, flags=flags, aliases=aliases, workspace=None),
+            donate_argnums=donate,
+        )
+        self.fn = bind
+        self.grads = grads
+        self.operands = list(self.scalars)
+        for p, g in zip(params, grads):
+            self.operands += [jnp.copy(p), g] + [jnp.full(p.shape, 1e-3, jnp.float32)] * state
+        self.operands = [jnp.copy(x) for x in self.operands]
+        self.base, self.per_tensor = base, per_tensor
+
+    def step(self) -> None:
+        outs = self.fn(*self.operands)
+        jax.block_until_ready(outs)
+        results = len(outs) // ((len(self.operands) - self.base) // self.per_tensor)
+        tensors = []
+        for t, g in enumerate(self.grads):
+            out = outs[t * results : (t + 1) * results]
+            tensors += [out[0], g, *out[1:]]
+        self.operands = self.scalars + tensors
+
+
+class TorchVariant:
+    """torch's fused CPU optimizer step over the same shapes and dtype (grads set once)."""
+
+    def __init__(self, optimizer, params, grads):
+        import numpy as np
+        import torch
+
+        torch.set_num_threads(os.cpu_count())
+        as_torch = {jnp.float32: torch.float32, jnp.bfloat16: torch.bfloat16}
+
+        def tensor(x):
+            dtype = as_torch[jnp.dtype(x.dtype).type]
+            return torch.from_numpy(np.asarray(x, np.float32)).to(dtype)
+
+        self.params = [torch.nn.Parameter(tensor(p)) for p in params]
+        for p, g in zip(self.params, grads):
+            p.grad = tensor(g)
+        if optimizer == "adamw":
+            self.opt = torch.optim.AdamW(self.params, lr=1e-3, weight_decay=1e-4, fused=True)
+        else:
+            self.opt = torch.optim.SGD(self.params, lr=1e-2, momentum=0.9, fused=True)
+
+    def step(self) -> None:
+        self.opt.step()
+
+
+def torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return jax.default_backend() == "cpu"
+
+
+def make_variants(optimizer: str, dtype, params, grads) -> dict:
+    make_optax, make_fused = optimizers(dtype)[optimizer]
     opt = make_optax()
 
     def step(params, state, grads):
@@ -106,32 +222,46 @@ def make_variants(optimizer: str):
         return optax.apply_updates(params, updates), state
 
     fused_step = jgsess.optim.fused_step(make_fused())
-    return {
-        "jax.jit": (jax.jit(step, donate_argnums=(0, 1)), opt.init),
-        "jgsess.jit": (jgsess.jit(step, donate_argnums=(0, 1)), opt.init),
-        "jgsess.optim": (lambda p, s, g: fused_step(p, g, s), make_fused().init),
-        "optax.flatten": (jax.jit(flat_step, donate_argnums=(0, 1)), flat.init),
+    variants = {
+        "jax.jit": lambda: JaxVariant(
+            jax.jit(step, donate_argnums=(0, 1)), opt.init, params, grads
+        ),
+        "jgsess.jit": lambda: JaxVariant(
+            jgsess.jit(step, donate_argnums=(0, 1)), opt.init, params, grads
+        ),
+        "jgsess.optim": lambda: JaxVariant(
+            lambda p, s, g: fused_step(p, g, s), make_fused().init, params, grads
+        ),
+        "optax.flatten": lambda: JaxVariant(
+            jax.jit(flat_step, donate_argnums=(0, 1)), flat.init, params, grads
+        ),
+        "kernel": lambda: KernelVariant(optimizer, params, grads),
     }
+    if dtype != jnp.float32:
+        del variants["jgsess.optim"], variants["optax.flatten"]  # f32 state of bf16 params
+    if torch_available():
+        variants["torch fused"] = lambda: TorchVariant(optimizer, params, grads)
+    return variants
 
 
-def run_set(name: str, optimizer: str, runs: int, warmup: int) -> dict:
+def run_set(name: str, optimizer: str, dtype_name: str, runs: int, warmup: int) -> dict:
+    dtype = DTYPES[dtype_name]
     shapes = SETS[name]()
-    count = sum(int(jnp.prod(jnp.array(s))) for s in shapes)
+    count = sum(math.prod(s) for s in shapes)
     key = jax.random.PRNGKey(0)
-    params = [jax.random.normal(jax.random.fold_in(key, i), s) * 0.1 for i, s in enumerate(shapes)]
-    grads = [p * 0.01 + 1e-3 for p in params]
-    variants = make_variants(optimizer)
-    states = {}
-    for variant, (fn, init) in variants.items():
+    params = [
+        (jax.random.normal(jax.random.fold_in(key, i), s) * 0.1).astype(dtype)
+        for i, s in enumerate(shapes)
+    ]
+    grads = [(p * 0.01 + 1e-3).astype(dtype) for p in params]
+    variants = {}
+    for variant, make in make_variants(optimizer, dtype, params, grads).items():
         start = time.perf_counter()
-        p = [jnp.copy(x) for x in params]
-        s = init(p)
+        variants[variant] = make()
         for _ in range(warmup):
-            p, s = fn(p, s, grads)
-        jax.block_until_ready((p, s))
-        states[variant] = (p, s)
+            variants[variant].step()
         log(
-            f"  {name}/{optimizer}: {variant:13s} compiled and warmed up in "
+            f"  {name}/{optimizer}/{dtype_name}: {variant:13s} compiled and warmed up in "
             f"{time.perf_counter() - start:5.1f} s"
         )
     del params
@@ -139,43 +269,46 @@ def run_set(name: str, optimizer: str, runs: int, warmup: int) -> dict:
     order = list(variants)
     for r in range(runs):
         for variant in order[r % len(order) :] + order[: r % len(order)]:
-            fn, _ = variants[variant]
-            p, s = states[variant]
             start = time.perf_counter()
-            p, s = fn(p, s, grads)
-            jax.block_until_ready((p, s))
+            variants[variant].step()
             times[variant].append(time.perf_counter() - start)
-            states[variant] = (p, s)
     medians = {v: statistics.median(t) for v, t in times.items()}
-    log(f"  {name}/{optimizer}: " + ", ".join(f"{v} {t * 1e3:.2f} ms" for v, t in medians.items()))
+    log(
+        f"  {name}/{optimizer}/{dtype_name}: "
+        + ", ".join(f"{v} {t * 1e3:.2f} ms" for v, t in medians.items())
+    )
     return {
         "set": name,
         "optimizer": optimizer,
+        "dtype": dtype_name,
         "leaves": len(shapes),
         "params": count,
-        "bytes_per_param": OPTIMIZERS[optimizer][2],
+        "bytes_per_param": bytes_per_param(optimizer, dtype),
         "ms": {v: t * 1e3 for v, t in medians.items()},
     }
 
 
-def table(results: list[dict], ceiling: float) -> str:
+def table(results: list[dict], ceiling: dict) -> str:
     from jgsess.report import table as render
 
     rows = []
     for r in results:
-        base = r["ms"]["jax.jit"]
+        base, torch_ms = r["ms"]["jax.jit"], r["ms"].get("torch fused")
         moved = r["params"] * r["bytes_per_param"]
+        inplace = ceiling[r["optimizer"], r["dtype"]]
         for variant, ms in r["ms"].items():
             gbps = moved / (ms / 1e3) / 1e9
             rows.append(
                 [
                     f"{r['set']} ({r['leaves']} arrays, {r['params'] / 1e6:.1f}M)",
-                    r["optimizer"],
+                    f"{r['optimizer']} {r['dtype']}",
                     variant,
                     f"{ms:.2f}",
                     f"{base / ms:.2f}x",
+                    f"{torch_ms / ms:.2f}x" if torch_ms else "-",
                     f"{gbps:.1f}",
-                    f"{gbps / ceiling:.0%}",
+                    f"{gbps / inplace:.0%}",
+                    f"{gbps / ceiling['triad']:.0%}",
                 ]
             )
     headers = [
@@ -184,30 +317,35 @@ def table(results: list[dict], ceiling: float) -> str:
         "variant",
         "ms/step",
         "vs jax.jit",
+        "vs torch",
         "GB/s",
-        "of ceiling",
+        "of in-place",
+        "of triad",
     ]
     return render(headers, rows)
 
 
-def plot(results: list[dict], ceiling: float, path: str) -> None:
+def plot(results: list[dict], ceiling: dict, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    panels = list(dict.fromkeys((r["optimizer"], r["dtype"]) for r in results))
     sets = list(dict.fromkeys(r["set"] for r in results))
-    optimizers = list(dict.fromkeys(r["optimizer"] for r in results))
     fig, axes = plt.subplots(
-        len(optimizers), len(sets), figsize=(4.2 * len(sets), 3.6 * len(optimizers)), squeeze=False
+        len(panels), len(sets), figsize=(4.4 * len(sets), 3.8 * len(panels)), squeeze=False
     )
+    colors = ["#999999", "#3b7dd8", "#1b4f9c", "#c9a227", "#2e8b57", "#d2691e"]
     for r in results:
-        ax = axes[optimizers.index(r["optimizer"])][sets.index(r["set"])]
+        ax = axes[panels.index((r["optimizer"], r["dtype"]))][sets.index(r["set"])]
         variants = list(r["ms"])
         moved = r["params"] * r["bytes_per_param"]
         gbps = [moved / (r["ms"][v] / 1e3) / 1e9 for v in variants]
-        bars = ax.bar(variants, gbps, color=["#999999", "#3b7dd8", "#1b4f9c", "#c9a227"])
-        ax.axhline(ceiling, color="red", linestyle="--", label=f"ceiling {ceiling:.1f} GB/s")
+        bars = ax.bar(variants, gbps, color=colors[: len(variants)])
+        inplace = ceiling[r["optimizer"], r["dtype"]]
+        ax.axhline(inplace, color="red", linestyle="--", label=f"in-place {inplace:.1f} GB/s")
+        ax.axhline(ceiling["triad"], color="gray", linestyle=":", label="triad")
         for bar, v in zip(bars, variants):
             ax.text(
                 bar.get_x() + bar.get_width() / 2,
@@ -215,21 +353,22 @@ def plot(results: list[dict], ceiling: float, path: str) -> None:
                 f"{r['ms'][v]:.1f} ms",
                 ha="center",
                 va="bottom",
-                fontsize=8,
+                fontsize=7,
             )
-        ax.set_title(f"{r['set']} / {r['optimizer']}", fontsize=10)
+        ax.set_title(f"{r['set']} / {r['optimizer']} {r['dtype']}", fontsize=10)
         ax.set_ylabel("GB/s moved")
-        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+        ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(f"optimizer step on {jax.default_backend()} ({jax.devices()[0].device_kind})")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=",".join(SETS))
-    parser.add_argument("--optimizers", default=",".join(OPTIMIZERS))
+    parser.add_argument("--optimizers", default=",".join(TRAFFIC))
+    parser.add_argument("--dtypes", default="f32,bf16")
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results")
@@ -237,21 +376,26 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     log(
         f"jax {jax.__version__}, {jax.default_backend()} ({jax.devices()[0].device_kind}), "
-        f"{os.cpu_count()} CPUs"
+        f"{os.cpu_count()} CPUs" + (", torch fused columns" if torch_available() else "")
     )
-    kind, ceiling = ceiling_gbps()
-    log(f"bandwidth ceiling ({kind}): {ceiling:.1f} GB/s")
+    ceiling = ceilings()
+    log(f"ceilings (GB/s): {ceiling}")
     results = []
     for name in args.sets.split(","):
         for optimizer in args.optimizers.split(","):
-            results.append(run_set(name, optimizer, args.runs, args.warmup))
-    ceiling = max(ceiling, ceiling_gbps()[1])  # measured again at the end: the better of the two
+            for dtype in args.dtypes.split(","):
+                results.append(run_set(name, optimizer, dtype, args.runs, args.warmup))
+    ceiling = {k: max(v, w) for (k, v), w in zip(ceiling.items(), ceilings().values())}
     text = table(results, ceiling)
     with open(os.path.join(args.out, "optimizer_step.json"), "w") as f:
-        json.dump({"ceiling": kind, "ceiling_gbps": ceiling, "results": results}, f, indent=1)
+        json.dump(
+            {"ceilings": {str(k): v for k, v in ceiling.items()}, "results": results}, f, indent=1
+        )
     plot(results, ceiling, os.path.join(args.out, "optimizer_step.png"))
     log("")
-    log(f"ceiling ({kind}) {ceiling:.1f} GB/s; median of {args.runs} interleaved runs each")
+    log("ceilings (GB/s, best of start and end): " + ", ".join(
+        f"{k if isinstance(k, str) else ' '.join(k)} {v:.1f}" for k, v in ceiling.items()))
+    log(f"median of {args.runs} interleaved runs each")
     log(text)
     log(f"chart: {os.path.join(args.out, 'optimizer_step.png')}")
 

@@ -4,6 +4,7 @@ resnet50         ~25.6M parameters in 161 arrays (convolutions, BatchNorm scale/
 bert-base        ~110M parameters in 199 arrays (embeddings, 12 encoder layers, pooler)
 efficientnet-b0  ~5.3M parameters in 213 arrays, most of them small (depthwise kernels,
                  BatchNorm and squeeze-excite parameters)
+small-1000       ~2.5M parameters in 1,000 arrays of 1K-4K elements (a call's fixed costs)
 """
 
 from __future__ import annotations
@@ -61,4 +62,14 @@ def efficientnet_b0() -> list[tuple[int, ...]]:
     return shapes + [(1, 1, 320, 1280), *_bn(1280), (1280, 1000), (1000,)]
 
 
-SETS = {"resnet50": resnet50, "bert-base": bert_base, "efficientnet-b0": efficientnet_b0}
+def small_1000() -> list[tuple[int, ...]]:
+    # sizes spread evenly over [1024, 4096], odd ones included (a fixed sequence, no RNG)
+    return [(1024 + (i * 2654435761) % 3073,) for i in range(1000)]
+
+
+SETS = {
+    "resnet50": resnet50,
+    "bert-base": bert_base,
+    "efficientnet-b0": efficientnet_b0,
+    "small-1000": small_1000,
+}

@@ -1,10 +1,12 @@
-// STREAM triad (a = b + s*c) on the CPU with every hardware thread: the memory-bandwidth
-// ceiling the optimizer benchmarks compare their kernels with, measured in the same process.
+// Bandwidth probes on the CPU with every hardware thread, measured in the benchmarks' own process:
+// the in-place stream with an optimizer's exact traffic (their ceiling) and the STREAM triad
+// (a = b + s*c, a second reference that pays write-allocate traffic for `a`).
 #include "bench/stream.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -22,26 +24,107 @@ void OnEveryThread(int threads, int64_t n, F body) {
   for (auto& thread : pool) thread.join();
 }
 
+template <typename F>
+double BestSeconds(int repeats, F run) {
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    best = std::min(best, took.count());
+  }
+  return best;
+}
+
+int HardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+// Widening / narrowing of the parameter type: f32 as is, bf16 bit patterns by a shift (the
+// probe measures memory traffic, so the narrowing truncates instead of rounding).
+inline float Widen(float x) { return x; }
+inline float Widen(uint16_t x) {
+  const uint32_t bits = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+template <typename Param>
+inline Param Narrow(float x) {
+  if constexpr (sizeof(Param) == sizeof(float)) {
+    return x;
+  } else {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    return static_cast<Param>(bits >> 16);
+  }
+}
+
+// p, g (Param: f32 or bf16 bits) and up to three f32 state arrays; a_k += b*c-like work per
+// element, each written array in place.
+template <typename Param>
+double InplaceSeconds(int64_t n, int reads, int writes, int repeats) {
+  const int threads = HardwareThreads();
+  std::unique_ptr<Param[]> p(new Param[n]), g(new Param[n]);
+  std::vector<std::unique_ptr<float[]>> state;
+  for (int k = 2; k < reads; ++k) state.emplace_back(new float[n]);
+  Param *pp = p.get(), *pg = g.get();
+  float* ps[3] = {nullptr, nullptr, nullptr};
+  for (int k = 2; k < reads; ++k) ps[k - 2] = state[k - 2].get();
+  const int nstate = reads - 2, wstate = writes - 1;
+  OnEveryThread(threads, n, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      pp[i] = Narrow<Param>(1.0f), pg[i] = Narrow<Param>(2.0f);
+      for (int k = 0; k < nstate; ++k) ps[k][i] = 0.5f;
+    }
+  });
+  auto run = [&] {
+    OnEveryThread(threads, n, [=](int64_t begin, int64_t end) {
+      float* s0 = ps[0];
+      float* s1 = nstate > 1 ? ps[1] : ps[0];
+      if (nstate == 2 && wstate == 2) {  // AdamW: p, m, v written
+#pragma omp simd
+        for (int64_t i = begin; i < end; ++i) {
+          const float gi = Widen(pg[i]);
+          s0[i] = s0[i] * 0.5f + gi;
+          s1[i] = s1[i] * 0.5f + gi;
+          pp[i] = Narrow<Param>(Widen(pp[i]) - s0[i] * s1[i]);
+        }
+      } else {  // momentum: p, acc written
+#pragma omp simd
+        for (int64_t i = begin; i < end; ++i) {
+          s0[i] = s0[i] * 0.5f + Widen(pg[i]);
+          pp[i] = Narrow<Param>(Widen(pp[i]) - s0[i]);
+        }
+      }
+    });
+  };
+  return BestSeconds(repeats, run);
+}
+
 }  // namespace
 
+double StreamInplaceGbps(int64_t n, int reads, int writes, int param_bytes, int repeats) {
+  const bool adamw = reads == 4 && writes == 3, momentum = reads == 3 && writes == 2;
+  if (!(adamw || momentum) || !(param_bytes == 4 || param_bytes == 2) || n <= 0) return 0.0;
+  const double seconds = param_bytes == 4 ? InplaceSeconds<float>(n, reads, writes, repeats)
+                                          : InplaceSeconds<uint16_t>(n, reads, writes, repeats);
+  const double bytes = (2.0 * param_bytes + 4.0 * (reads - 2)) + (param_bytes + 4.0 * (writes - 1));
+  return bytes * static_cast<double>(n) / seconds / 1e9;
+}
+
 double StreamTriadGbps(int64_t n, int repeats) {
-  const int threads = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = HardwareThreads();
   // uninitialized storage, first touched by the thread that later streams through it
   std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
   float *pa = a.get(), *pb = b.get(), *pc = c.get();
   OnEveryThread(threads, n, [=](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) pa[i] = 0.0f, pb[i] = 1.0f, pc[i] = 2.0f;
   });
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+  const double best = BestSeconds(repeats, [&] {
     OnEveryThread(threads, n, [=](int64_t begin, int64_t end) {
 #pragma omp simd
       for (int64_t i = begin; i < end; ++i) pa[i] = pb[i] + 3.0f * pc[i];
     });
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    best = std::min(best, took.count());
-  }
+  });
   return 3.0 * sizeof(float) * static_cast<double>(n) / best / 1e9;
 }
 

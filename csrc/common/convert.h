@@ -59,41 +59,56 @@ inline void StoreF32(DataType type, const float* src, void* dst, int64_t begin, 
   }
 }
 
+// Elements staged at a time for narrow operands: kIn + kOut blocks of f32 scratch stay in L1/L2
+// (a whole chunk of scratch would stream through L3 and cost a second trip to memory).
+constexpr int64_t kCpuStage = 2048;
+
 // Runs body(in, out, n) over every tensor of a multi-tensor call, on all cores. `in[k]` and
 // `out[k]` are f32 pointers to n elements: the buffers themselves where they are f32, else
-// thread-local scratch that is filled from / written back to the narrow buffer. A result may be
-// its operand's buffer (in place): element i only ever touches index i.
+// thread-local scratch that is filled from / written back to the narrow buffer, kCpuStage
+// elements at a time. A result may be its operand's buffer (in place): element i only ever
+// touches index i.
 template <int kIn, int kOut, typename Body>
 void RunMultiTensor(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut>>& tensors,
                     Body body) {
   std::vector<int64_t> sizes;
+  sizes.reserve(tensors.size());
   for (const auto& t : tensors) sizes.push_back(t.size);
   const TensorGroup group(sizes);
   ParallelFor(pool, group.num_chunks(), [&](int64_t c) {
-    thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>((kIn + kOut) * kCpuChunk));
+    alignas(64) float scratch[kIn + kOut][kCpuStage];
     group.ForChunk(c, [&](size_t t, int64_t begin, int64_t end) {
       const auto& slots = tensors[t];
-      const int64_t n = end - begin;
+      bool narrow = false;
+      for (int k = 0; k < kIn; ++k) narrow |= slots.in_type[k] != DataType::F32;
+      for (int k = 0; k < kOut; ++k) narrow |= slots.out_type[k] != DataType::F32;
       const float* in[kIn];
       float* out[kOut];
-      for (int k = 0; k < kIn; ++k) {
-        if (slots.in_type[k] == DataType::F32) {
-          in[k] = static_cast<const float*>(slots.in[k]) + begin;
-        } else {
-          float* staged = scratch.data() + k * kCpuChunk;
-          LoadF32(slots.in_type[k], slots.in[k], begin, n, staged);
-          in[k] = staged;
+      if (!narrow) {
+        for (int k = 0; k < kIn; ++k) in[k] = static_cast<const float*>(slots.in[k]) + begin;
+        for (int k = 0; k < kOut; ++k) out[k] = static_cast<float*>(slots.out[k]) + begin;
+        body(in, out, end - begin);
+        return;
+      }
+      for (int64_t lo = begin; lo < end; lo += kCpuStage) {
+        const int64_t n = std::min(kCpuStage, end - lo);
+        for (int k = 0; k < kIn; ++k) {
+          if (slots.in_type[k] == DataType::F32) {
+            in[k] = static_cast<const float*>(slots.in[k]) + lo;
+          } else {
+            LoadF32(slots.in_type[k], slots.in[k], lo, n, scratch[k]);
+            in[k] = scratch[k];
+          }
         }
-      }
-      for (int k = 0; k < kOut; ++k) {
-        out[k] = slots.out_type[k] == DataType::F32 ? static_cast<float*>(slots.out[k]) + begin
-                                                    : scratch.data() + (kIn + k) * kCpuChunk;
-      }
-      body(in, out, n);
-      for (int k = 0; k < kOut; ++k) {
-        if (slots.out_type[k] != DataType::F32) {
-          StoreF32(slots.out_type[k], out[k], slots.out[k], begin, n);
+        for (int k = 0; k < kOut; ++k) {
+          out[k] = slots.out_type[k] == DataType::F32 ? static_cast<float*>(slots.out[k]) + lo
+                                                      : scratch[kIn + k];
+        }
+        body(in, out, n);
+        for (int k = 0; k < kOut; ++k) {
+          if (slots.out_type[k] != DataType::F32) {
+            StoreF32(slots.out_type[k], out[k], slots.out[k], lo, n);
+          }
         }
       }
     });

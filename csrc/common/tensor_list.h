@@ -38,11 +38,15 @@ struct TensorSlots {
 template <typename Hyper>
 constexpr int kHyperCount = sizeof(Hyper) / sizeof(float);
 
+// Under jax.vmap a hyper-parameter may hold one value per member of the batch (an ensemble's
+// step counts): then every hyper-parameter holds `members` values and every tensor `members`
+// equal consecutive parts (the batch axis leads), and member b's part gets Member(hyper, b).
 template <typename Hyper>
 struct HyperPtrs {
   static_assert(std::is_trivially_copyable_v<Hyper> && sizeof(Hyper) % sizeof(float) == 0,
                 "hyper-parameters are a struct of floats");
   const float* ptr[kHyperCount<Hyper>];
+  int64_t members;
 };
 
 template <typename Hyper>
@@ -54,7 +58,16 @@ JGSESS_HOST_DEVICE Hyper LoadHyper(const HyperPtrs<Hyper>& p) {
   return h;
 }
 
-// args[0, kHyperCount<Hyper>): each a rank-0 f32 buffer.
+// Member b's hyper-parameters (see HyperPtrs).
+template <typename Hyper>
+HyperPtrs<Hyper> Member(HyperPtrs<Hyper> hyper, int64_t b) {
+  for (auto& ptr : hyper.ptr) ptr += b;
+  hyper.members = 1;
+  return hyper;
+}
+
+// args[0, kHyperCount<Hyper>): f32 buffers, each rank 0, or all with the same number of values
+// (one per member).
 template <typename Hyper>
 ffi::ErrorOr<HyperPtrs<Hyper>> ParseHyper(const char* kernel, Args& args) {
   if (args.size() < static_cast<size_t>(kHyperCount<Hyper>)) {
@@ -64,8 +77,10 @@ ffi::ErrorOr<HyperPtrs<Hyper>> ParseHyper(const char* kernel, Args& args) {
   for (int i = 0; i < kHyperCount<Hyper>; ++i) {
     auto arg = args.get<Buffer>(i);
     if (arg.has_error()) return ffi::Unexpected(arg.error());
-    if (arg->element_type() != DataType::F32 || arg->dimensions().size() != 0) {
-      return Invalid(kernel, "hyper-parameters are rank-0 f32");
+    const auto count = static_cast<int64_t>(arg->element_count());
+    if (i == 0) hyper.members = arg->dimensions().size() == 0 ? 1 : count;
+    if (arg->element_type() != DataType::F32 || count != hyper.members || count == 0) {
+      return Invalid(kernel, "hyper-parameters are f32, rank 0 or one per member");
     }
     hyper.ptr[i] = static_cast<const float*>(arg->untyped_data());
   }
@@ -132,6 +147,36 @@ auto MultiTensorBinding() {
       .RemainingArgs()
       .RemainingRets()
       .template Attr<int64_t>("flags");
+}
+
+// Calls f(hyper, tensors) once per member of the call (see HyperPtrs), each with the member's
+// hyper-parameters and its part of every tensor; once, as given, for an unbatched call. An error
+// when a tensor does not split into equal parts, before f runs at all.
+template <typename Hyper, int kIn, int kOut, typename F>
+ffi::Error ForEachMember(const char* kernel, const HyperPtrs<Hyper>& hyper,
+                         const std::vector<TensorSlots<kIn, kOut>>& tensors, F&& f) {
+  if (hyper.members == 1) return f(hyper, tensors);
+  for (const auto& t : tensors) {
+    if (t.size % hyper.members != 0) {
+      return InvalidArgument(std::string(kernel) + ": tensors do not split into members");
+    }
+  }
+  auto bytes = [](DataType t) -> int64_t { return t == DataType::F32 ? 4 : 2; };
+  for (int64_t b = 0; b < hyper.members; ++b) {
+    auto part = tensors;
+    for (auto& t : part) {
+      t.size /= hyper.members;
+      for (int k = 0; k < kIn; ++k) {
+        t.in[k] = static_cast<const char*>(t.in[k]) + b * t.size * bytes(t.in_type[k]);
+      }
+      for (int k = 0; k < kOut; ++k) {
+        t.out[k] = static_cast<char*>(t.out[k]) + b * t.size * bytes(t.out_type[k]);
+      }
+    }
+    ffi::Error status = f(Member(hyper, b), part);
+    if (status.failure()) return status;
+  }
+  return ffi::Error::Success();
 }
 
 }  // namespace jgsess

@@ -4,7 +4,9 @@ Operands: ten rank-0 f32 hyper-parameters, then (p, g, m, v) per tensor. Results
 per tensor, each written over its operand when the memory planner allows. Static param `flags`
 picks the form; with UPDATE the first result is optax's update -(lr*u) instead of p'. p and g
 may be bf16/f16 (widened exactly, p' rounded back to p's dtype); m and v are f32. The C++
-handlers (csrc/kernels/adamw/) compute the same formula in the same order as `update` below.
+handlers (csrc/kernels/adamw/) compute `update` below in the same order, except that they
+multiply by per-call reciprocals where it divides by bc1, bc2 and norm (within 2 ulp of it,
+benchmarks/optimizer_ulp.py); under JGSESS_NUMERICS=exact they divide, bit for bit.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ SCALARS = (
     "clip",
 )
 BIAS_CORRECTION, EPS_ROOT, WEIGHT_DECAY, UPDATE, CLIP = 1, 2, 4, 8, 16
+EXACT = 32  # C++ only: divide as `update` does (JGSESS_NUMERICS=exact), bit for bit
 OPTAX_ADAMW = BIAS_CORRECTION | EPS_ROOT | WEIGHT_DECAY
 OPTAX_ADAM = BIAS_CORRECTION | EPS_ROOT
 MINDSPORE_ADAM = 0
@@ -98,4 +101,5 @@ SPEC = update_kernel(
     state=(2, 3),
     update_flag=UPDATE,
     doc="multi-tensor Adam/AdamW update (optax and MindSpore forms)",
+    exact_flag=EXACT,
 )

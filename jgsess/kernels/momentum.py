@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .optimizer import mean_tensor_size, update_kernel
+from .optimizer import update_kernel
 
 SCALARS = ("lr", "mu", "wd", "scale")
 WEIGHT_DECAY, SCALE, NESTEROV, UPDATE = 1, 2, 4, 8
@@ -43,17 +43,6 @@ def reference(*operands, flags):
     return tuple(outs)
 
 
-def _prefer_kernel(node, platform: str) -> tuple[bool, str]:
-    # Measured on the 2-core CPU (benchmarks/optimizer_step.py): the kernel wins on ResNet-50
-    # (160K parameters per tensor on average, 1.16-1.21x) and BERT-base (550K, 1.30x); on
-    # EfficientNet-B0 (25K) XLA's per-parameter loops were as fast or faster (4.1 ms vs 4.4 ms):
-    # with little arithmetic per element, the custom call's fixed costs are not paid back.
-    mean = mean_tensor_size(node)
-    if platform == "cpu" and mean < 65536:
-        return False, f"small tensors ({mean:.0f} elements on average): XLA's loops are as fast"
-    return True, f"compiled {platform} kernel"
-
-
 SPEC = update_kernel(
     "momentum",
     reference,
@@ -62,5 +51,4 @@ SPEC = update_kernel(
     state=(2,),
     update_flag=UPDATE,
     doc="multi-tensor SGD with momentum (optax and MindSpore forms)",
-    prefer_kernel=_prefer_kernel,
 )

@@ -3,15 +3,20 @@
 Operands: the hyper-parameters (rank-0 f32, shared by every tensor of a call), then per tensor
 the parameter, the gradient and the optimizer state. Results per tensor: the new parameter (or
 optax's update, under the kernel's UPDATE flag) and the new state, each over its operand's
-buffer. The parameter and gradient may be bf16/f16; the state is f32.
+buffer. Under jax.vmap the hyper-parameters may hold one value per member of the batch (shape
+(members,)); every tensor then leads with the member axis and each part gets its member's.
+The parameter and gradient may be bf16/f16; the state is f32.
 """
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import numpy as np
 
-from .. import _compat
-from .partition import multi_tensor
+from .. import _compat, _config
+from .partition import Factors, dims, multi_tensor
 from .spec import KernelSpec
 
 
@@ -24,9 +29,12 @@ def update_kernel(
     update_flag: int,
     doc: str,
     prefer_kernel=None,
+    exact_flag: int = 0,
 ) -> KernelSpec:
     """The spec of a kernel with `per_tensor` operands per tensor (p, g, then the state slots
-    `state`) and results (p' or the update, then the new state)."""
+    `state`) and results (p' or the update, then the new state). `exact_flag`, if the kernel
+    has one, is added to the C++ flags under JGSESS_NUMERICS=exact (the kernel then divides as
+    the reference does, instead of multiplying by reciprocals)."""
     base = len(scalars)
     sources = (0, *state)  # the operand each result is computed over
 
@@ -52,22 +60,40 @@ def update_kernel(
         # p folds with p' (not with an update, whose dtype does not follow p's); g on its own
         return ((1, None),) if static["flags"] & update_flag else ((0, 0), (1, None))
 
+    def batched_reference(*operands, **static):
+        # hyper-parameters with one value per member (see spec.py's batching rule): the
+        # tensors' leading axis is the member
+        if np.ndim(operands[0]) == 0:
+            return reference(*operands, **static)
+        return jax.vmap(functools.partial(batched_reference, **static))(*operands)
+
     return KernelSpec(
         name=name,
-        reference=reference,
+        reference=batched_reference,
         inplace=inplace,
-        attrs=lambda static: {"flags": np.int64(static["flags"])},
+        attrs=lambda static: {
+            "flags": np.int64(static["flags"] | (exact_flag if _config.exact_numerics() else 0))
+        },
         layout=(base, per_tensor, len(sources)),
         narrowable=narrowable,
         result_avals=result_avals,
         prefer_kernel=prefer_kernel,
-        factors=multi_tensor((base, per_tensor, len(sources))),
+        factors=functools.partial(_factors, multi_tensor((base, per_tensor, len(sources))), base),
         doc=doc,
     )
 
 
-def mean_tensor_size(node) -> float:
-    """Elements per tensor of a multi-tensor node, on average."""
-    base, per_tensor, _ = node.op.layout
-    sizes = [int(np.prod(v.shape)) for v in node.inputs[base::per_tensor]]
-    return sum(sizes) / max(len(sizes), 1)
+def _factors(plain, base: int, static, avals) -> Factors:
+    """The sharding rule: the multi-tensor rule, except that with hyper-parameters per member
+    (see spec.py's batching rule) one set of member factors leads every operand and result and
+    is never split, so each per-device call sees whole members with their own values."""
+    rules = plain(static, avals)
+    rank = len(avals[0].shape)
+    if rank == 0:
+        return rules
+    member = dims("member", rank)
+    operands = tuple(
+        member if i < base else member + tuple(d[rank:]) for i, d in enumerate(rules.operands)
+    )
+    results = tuple(member + tuple(d[rank:]) for d in rules.results)
+    return Factors(operands, results, rules.sizes, (*rules.replicated, *member))

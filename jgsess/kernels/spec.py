@@ -11,7 +11,8 @@ rule, and the test oracle. The primitive `jgsess_<name>`:
                   program XLA partitions over several devices the call is wrapped in
                   custom_partitioning with the spec's sharding rule (partition.py)
   jvp             primal through the primitive, tangent through `jax.jvp` of the reference
-  batching        vmap of the reference
+  batching        multi-tensor kernels batch through the kernel (the batch axis folded into
+                  the tensors); others vmap the reference
 
 A fused node's params are the spec's static params plus `impl` ("kernel" or "xla", set by
 selection), `aliases` (pairs (operand, result)) and, for kernels with scratch, `workspace`
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
@@ -157,7 +159,22 @@ def _make_primitive(spec: KernelSpec):
         return outs, list(tangent_outs)
 
     def batch(args, dims, **params):
+        # A multi-tensor kernel runs on the batched tensors, the batch axis folded into them
+        # (moved first). Its shared operands (hyper-parameters) stay scalars where no member's
+        # differs; else each becomes one value per member (an ensemble's step counts), which
+        # the kernel applies to each member's part of every tensor.
         unmapped = _compat.NOT_MAPPED
+        if spec.layout is not None and not params.get("workspace"):
+            size = next(a.shape[d] for a, d in zip(args, dims) if d is not unmapped)
+            shared = spec.layout[0]
+            per_member = any(d is not unmapped for d in dims[:shared])
+            moved = [
+                jnp.moveaxis(a, d, 0)
+                if d is not unmapped
+                else (jnp.broadcast_to(a, (size, *a.shape)) if i >= shared or per_member else a)
+                for i, (a, d) in enumerate(zip(args, dims))
+            ]
+            return prim.bind(*moved, **params), [0] * len(abstract_eval(*moved, **params))
         arena, _ = _split(args, params)
         in_axes = [None if d is unmapped else d for d in dims]
         one = [

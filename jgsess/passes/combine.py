@@ -7,9 +7,13 @@ multi-tensor node [CombineMomentumFusion, for every multi-tensor kernel].
     p2 m2 v2 q2 n2 w2 = jgsess.adamw[flags=7] b1 ... lr  p g m v  q h n w
 
 Nodes merge when they run the same kernel with the same static params and the same shared
-operands (the same traced value, or equal constants), and no member's inputs are computed from
-another member's results. A whole parameter tree becomes one call, or a few when dependencies
-force it (gradient accumulation inside the step, say).
+operands, and no member's inputs are computed from another member's results. Shared operands
+are the same when they are the same traced value, equal constants, or one effect-free
+computation of the same operands: optax converts a schedule's learning rate
+(`jnp.array(lr, dtype=g.dtype)`) and, with x64 on, the bias correction (`.astype(t.dtype)`)
+once per leaf, and those per-leaf copies are one hyper-parameter. A whole parameter tree
+becomes one call, or a few when dependencies force it (gradient accumulation inside the step,
+say).
 """
 
 from __future__ import annotations
@@ -20,17 +24,39 @@ from ..ir.graph import Graph, Node, Value
 from .manager import Context, Pass
 
 
-def _operand_key(value: Value):
+def _params_key(node: Node):
+    """The node's params as a hashable key, or None where one is not hashable."""
+    key = tuple(sorted(node.params.items()))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _operand_key(value: Value, memo: dict):
+    """Equal keys for values known to be equal: equal constants, or rank-0 results of one
+    effect-free primitive applied to operands with equal keys."""
     if value.is_const:
         const = np.asarray(value.const)
         return ("const", const.dtype.str, const.shape, const.tobytes())
-    return ("value", value.id)
+    if value.id in memo:
+        return memo[value.id]
+    node = value.producer
+    key = ("value", value.id)
+    if value.ndim == 0 and node is not None and not (node.is_fused or node.effects):
+        params = _params_key(node) if not node.subgraphs else None
+        if params is not None:
+            operands = tuple(_operand_key(v, memo) for v in node.inputs)
+            key = ("computed", node.name, params, node.outputs.index(value), operands)
+    memo[value.id] = key
+    return key
 
 
-def _group_key(node: Node) -> tuple:
+def _group_key(node: Node, memo: dict) -> tuple:
     spec = node.op
     static = tuple(sorted(spec.static(node.params).items()))
-    shared = tuple(_operand_key(v) for v in node.inputs[: spec.layout[0]])
+    shared = tuple(_operand_key(v, memo) for v in node.inputs[: spec.layout[0]])
     return spec.name, static, shared
 
 
@@ -54,10 +80,11 @@ def run(graph: Graph, ctx: Context | None) -> int:
     order = {node: i for i, node in enumerate(graph.nodes)}
     # key -> groups, each (members in order, the same as a set)
     groups: dict[tuple, list[tuple[list[Node], set[Node]]]] = {}
+    memo: dict = {}
     for node in graph.live():
         if not node.is_fused or node.op.layout is None:
             continue
-        candidates = groups.setdefault(_group_key(node), [])
+        candidates = groups.setdefault(_group_key(node, memo), [])
         for members, member_set in candidates:
             floor = order[members[0]]
             if not graph.depends_on(node.inputs, member_set, order, floor):

@@ -96,11 +96,12 @@ def test_momentum_on_a_value_used_elsewhere_does_not_fire():
     assert_trees_close(fused(*args), jax.jit(leaky)(*args))
 
 
-def test_kernel_for_large_tensors_xla_for_small_ones_on_the_cpu():
+def test_kernel_for_large_and_small_tensors_alike():
+    # the CPU kernel stages narrow operands in L1-sized blocks and splits work by bytes across
+    # tensor boundaries, so small tensors no longer need XLA's loops (benchmarks/optimizer_step.py)
     opt = optax.sgd(0.1, momentum=0.9, nesterov=True)
     large = compare(opt, params={"w": rand((300, 300)), "b": rand((70_000,), 1)})
-    (choice,) = large.kernels
-    assert choice.impl == "kernel"
     small = compare(opt)
-    (choice,) = small.kernels
-    assert choice.impl == "xla" and "small tensors" in choice.reason
+    for report in (large, small):
+        (choice,) = report.kernels
+        assert choice.impl == "kernel"

@@ -1,8 +1,8 @@
 // Adam / AdamW update, one element at a time; shared by the CPU and CUDA handlers.
 //
 // Operands (per tensor): p, g, m, v -> p', m', v'. Hyper-parameters are rank-0 f32 buffers, so a
-// learning-rate schedule never recompiles. The order of operations is the reference's
-// (jgsess/kernels/adamw.py), so results match it bit for bit:
+// learning-rate schedule never recompiles. Under kExact the order of operations is the
+// reference's (jgsess/kernels/adamw.py), so results match it bit for bit:
 //
 //   g  = keep ? g : (g/norm)*clip   (optax.clip_by_global_norm folded in: kClip)
 //   m' = omb1*g + b1*m            v' = omb2*g*g + b2*v
@@ -10,6 +10,11 @@
 //   u  = m^ / (sqrt(v^ + eps_root) + eps)                           (eps_root: kEpsRoot)
 //   u += wd*p                                                       (kWeightDecay)
 //   p' = p - lr*u                 or the update itself, -(lr*u)     (kUpdate)
+//
+// Without kExact the divisions by per-call constants become multiplications by their
+// reciprocals (m' * (1/bc1), v' * (1/bc2), g * (clip/norm)): two of the three divisions per
+// element go, and the loop keeps up with memory. m' and v' are unchanged; u differs from the
+// reference by rounding only (benchmarks/optimizer_ulp.py measures it).
 #pragma once
 
 #include <cmath>
@@ -28,6 +33,7 @@ enum AdamwFlags : int64_t {
   kWeightDecay = 4,
   kUpdate = 8,  // result 0 is optax's update -(lr*u), not the new parameter
   kClip = 16,
+  kExact = 32,  // divide as the reference does (JGSESS_NUMERICS=exact): bit for bit
 };
 
 // The hyper-parameters, rank-0 f32 operands in this order before the tensors
@@ -39,16 +45,30 @@ struct AdamwHyper {
   float keep, norm, clip;  // keep: 1 where the global norm needs no clip
 };
 
+// The per-call constants of the fast form.
+struct AdamwReciprocals {
+  float rbc1, rbc2, clip_scale;  // 1/bc1, 1/bc2, clip/norm
+};
+
+JGSESS_HOST_DEVICE AdamwReciprocals Reciprocals(const AdamwHyper& h) {
+  return {1.0f / h.bc1, 1.0f / h.bc2, h.clip / h.norm};
+}
+
 template <int64_t kFlags>
-JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, float p, float g, float m, float v,
-                                     float* p_out, float* m_out, float* v_out) {
-  if constexpr ((kFlags & kClip) != 0) g = h.keep != 0.0f ? g : (g / h.norm) * h.clip;
+JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, const AdamwReciprocals& r, float p,
+                                     float g, float m, float v, float* p_out, float* m_out,
+                                     float* v_out) {
+  constexpr bool kDivide = (kFlags & kExact) != 0;
+  if constexpr ((kFlags & kClip) != 0) {
+    const float clipped = kDivide ? (g / h.norm) * h.clip : g * r.clip_scale;
+    g = h.keep != 0.0f ? g : clipped;
+  }
   float m2 = h.omb1 * g + h.b1 * m;
   float v2 = h.omb2 * (g * g) + h.b2 * v;
   float mhat = m2, vhat = v2;
   if constexpr ((kFlags & kBiasCorrection) != 0) {
-    mhat = m2 / h.bc1;
-    vhat = v2 / h.bc2;
+    mhat = kDivide ? m2 / h.bc1 : m2 * r.rbc1;
+    vhat = kDivide ? v2 / h.bc2 : v2 * r.rbc2;
   }
   if constexpr ((kFlags & kEpsRoot) != 0) vhat = vhat + h.eps_root;
   float u = mhat / (sqrtf(vhat) + h.eps);
@@ -62,7 +82,7 @@ JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, float p, float g, floa
   *v_out = v2;
 }
 
-constexpr int64_t kAdamwForms = 32;  // flags in [0, 32)
+constexpr int64_t kAdamwForms = 64;  // flags in [0, 64)
 
 }  // namespace jgsess
 

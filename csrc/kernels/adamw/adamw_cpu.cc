@@ -13,17 +13,20 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
   // p, g, m, v -> p', m', v'; the moments stay f32
   auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
   if (tensors.has_error()) return tensors.error();
-  const AdamwHyper h = LoadHyper(*hyper);
   return DispatchFlags<kAdamwForms>(flags, "adamw", [&]<int64_t kFlags>() {
-    RunMultiTensor<4, 3>(pool, *tensors, [&](const float* const* in, float* const* out, int64_t n) {
-    // outputs may be their operands (in place); element i touches index i only
+    return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {
+      const AdamwHyper h = LoadHyper(member);
+      const AdamwReciprocals r = Reciprocals(h);
+      RunMultiTensor<4, 3>(pool, part, [&](const float* const* in, float* const* out, int64_t n) {
+        // outputs may be their operands (in place); element i touches index i only
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        AdamwElement<kFlags>(h, in[0][i], in[1][i], in[2][i], in[3][i], &out[0][i], &out[1][i],
-                             &out[2][i]);
-      }
+        for (int64_t i = 0; i < n; ++i) {
+          AdamwElement<kFlags>(h, r, in[0][i], in[1][i], in[2][i], in[3][i], &out[0][i],
+                               &out[1][i], &out[2][i]);
+        }
+      });
+      return ffi::Error::Success();
     });
-    return ffi::Error::Success();
   });
 }
 

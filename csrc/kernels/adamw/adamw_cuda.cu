@@ -12,6 +12,7 @@ using AdamwTable = TensorTable<7, 96, 320>;  // p, g, m, v, p', m', v'
 template <int64_t kFlags>
 __global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
   const AdamwHyper h = LoadHyper(hyper);
+  const AdamwReciprocals r = Reciprocals(h);
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
@@ -22,7 +23,7 @@ __global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
   float* v_out = static_cast<float*>(table.ptr[6][t]);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     float p_new;
-    AdamwElement<kFlags>(h, LoadF32(table.ptr[0][t], p_type, i),
+    AdamwElement<kFlags>(h, r, LoadF32(table.ptr[0][t], p_type, i),
                          LoadF32(table.ptr[1][t], g_type, i), m[i], v[i], &p_new, &m_out[i],
                          &v_out[i]);
     StoreF32(table.ptr[4][t], out_type, i, p_new);
@@ -36,10 +37,14 @@ ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flag
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = cudaSuccess;
   ffi::Error status = DispatchFlags<kAdamwForms>(flags, "adamw", [&]<int64_t kFlags>() {
-    err = MultiTensorApply<4, 3, 96, 320>(*tensors, [&](const AdamwTable& table, int blocks) {
-      AdamwKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, *hyper);
+    return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {
+      if (err == cudaSuccess) {
+        err = MultiTensorApply<4, 3, 96, 320>(part, [&](const AdamwTable& table, int blocks) {
+          AdamwKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, member);
+        });
+      }
+      return ffi::Error::Success();
     });
-    return ffi::Error::Success();
   });
   if (status.failure()) return status;
   return CudaStatus("adamw", err);

@@ -14,15 +14,17 @@ ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t f
   auto tensors =
       ParseTensors<3, 2>("momentum", args, kHyperCount<MomentumHyper>, &rets, 0b100, 0b10);
   if (tensors.has_error()) return tensors.error();
-  const MomentumHyper h = LoadHyper(*hyper);
   return DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {
-    RunMultiTensor<3, 2>(pool, *tensors, [&](const float* const* in, float* const* out, int64_t n) {
+    return ForEachMember("momentum", *hyper, *tensors, [&](const auto& member, const auto& part) {
+      const MomentumHyper h = LoadHyper(member);
+      RunMultiTensor<3, 2>(pool, part, [&](const float* const* in, float* const* out, int64_t n) {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        MomentumElement<kFlags>(h, in[0][i], in[1][i], in[2][i], &out[0][i], &out[1][i]);
-      }
+        for (int64_t i = 0; i < n; ++i) {
+          MomentumElement<kFlags>(h, in[0][i], in[1][i], in[2][i], &out[0][i], &out[1][i]);
+        }
+      });
+      return ffi::Error::Success();
     });
-    return ffi::Error::Success();
   });
 }
 

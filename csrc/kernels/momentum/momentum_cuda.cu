@@ -33,10 +33,14 @@ ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t f
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = cudaSuccess;
   ffi::Error status = DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {
-    err = MultiTensorApply<3, 2, 128, 320>(*tensors, [&](const MomentumTable& table, int blocks) {
-      MomentumKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, *hyper);
+    return ForEachMember("momentum", *hyper, *tensors, [&](const auto& member, const auto& part) {
+      if (err == cudaSuccess) {
+        err = MultiTensorApply<3, 2, 128, 320>(part, [&](const MomentumTable& table, int blocks) {
+          MomentumKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, member);
+        });
+      }
+      return ffi::Error::Success();
     });
-    return ffi::Error::Success();
   });
   if (status.failure()) return status;
   return CudaStatus("momentum", err);
