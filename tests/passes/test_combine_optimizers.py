@@ -83,7 +83,7 @@ def test_every_optax_schedule_combines_into_one_call(schedule, kernel):
     lr = SCHEDULES[schedule]()
     opt = optax.adamw(lr, weight_decay=1e-4) if kernel == "adamw" else optax.sgd(lr, 0.9)
     report = compare(opt, steps=4)
-    assert report.session.notes["combined"] == [(kernel, 5)]
+    assert report.session.record.combined == [(kernel, 5)]
     assert report.fusions[kernel] == 5
 
 
@@ -96,7 +96,7 @@ def test_two_schedules_with_the_same_formula_but_other_constants_stay_apart():
         lambda params: {k: "a" if k.startswith("w") else "b" for k in params},
     )
     report = compare(opt)
-    assert sorted(n for _, n in report.session.notes["combined"]) == [2, 3]
+    assert sorted(n for _, n in report.session.record.combined) == [2, 3]
 
 
 def test_per_leaf_copies_of_one_random_draw_stay_one_operand_but_two_draws_do_not():
@@ -117,7 +117,7 @@ def test_per_leaf_copies_of_one_random_draw_stay_one_operand_but_two_draws_do_no
     key = jax.random.PRNGKey(3)
     fused = jgsess.jit(step)
     report = fused.report(params, accs, grads, key)
-    assert report.session.notes["combined"] == [("momentum", 2)]
+    assert report.session.record.combined == [("momentum", 2)]
     assert len(report.kernels) == 2
     assert_trees_close(fused(params, accs, grads, key), jax.jit(step)(params, accs, grads, key))
 
@@ -131,7 +131,7 @@ def test_x64_bias_corrections_converted_per_leaf_still_combine():
         step = update_step(opt)
         fused = jgsess.jit(step)
         report = fused.report(params, state, grads)
-        assert report.session.notes["combined"] == [("adamw", 5)]
+        assert report.session.record.combined == [("adamw", 5)]
         assert len(report.kernels) == 1
         assert "f64" in report.session.graph  # the bias corrections are computed in f64
         assert_trees_close(fused(params, state, grads), jax.jit(step)(params, state, grads))
@@ -158,11 +158,11 @@ def frozen_mask(params):
 )
 def test_trained_leaves_combine_and_frozen_leaves_stay_put(opt):
     report = compare(opt)
-    (kernel,) = {k for k, _ in report.session.notes["combined"]}
-    assert report.session.notes["combined"] == [(kernel, 3)]  # w1, w2, scale; not b1, b2
+    (kernel,) = {k for k, _ in report.session.record.combined}
+    assert report.session.record.combined == [(kernel, 3)]  # w1, w2, scale; not b1, b2
     assert report.fusions[kernel] == 3
 
 
 def test_multi_steps_over_an_optimizer_outside_the_patterns_does_not_fuse():
     report = compare(optax.MultiSteps(optax.adabelief(1e-3), every_k_schedule=2), steps=4)
-    assert not report.fusions and "combined" not in report.session.notes
+    assert not report.fusions and not report.session.record.combined
