@@ -393,8 +393,12 @@ def main() -> None:
         )
     plot(results, ceiling, os.path.join(args.out, "optimizer_step.png"))
     log("")
-    log("ceilings (GB/s, best of start and end): " + ", ".join(
-        f"{k if isinstance(k, str) else ' '.join(k)} {v:.1f}" for k, v in ceiling.items()))
+    log(
+        "ceilings (GB/s, best of start and end): "
+        + ", ".join(
+            f"{k if isinstance(k, str) else ' '.join(k)} {v:.1f}" for k, v in ceiling.items()
+        )
+    )
     log(f"median of {args.runs} interleaved runs each")
     log(text)
     log(f"chart: {os.path.join(args.out, 'optimizer_step.png')}")

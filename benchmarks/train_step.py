@@ -95,8 +95,14 @@ class EfficientNetLike(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool = True):
         x = nn.swish(nn.BatchNorm(use_running_average=not train)(nn.Conv(32, (3, 3))(x)))
-        for cout, expand, kernel, repeats in ((16, 1, 3, 1), (24, 6, 3, 2), (40, 6, 5, 2),
-                                              (80, 6, 3, 3), (112, 6, 5, 3), (192, 6, 5, 4)):
+        for cout, expand, kernel, repeats in (
+            (16, 1, 3, 1),
+            (24, 6, 3, 2),
+            (40, 6, 5, 2),
+            (80, 6, 3, 3),
+            (112, 6, 5, 3),
+            (192, 6, 5, 4),
+        ):
             for _ in range(repeats):
                 x = EfficientBlock(cout, expand, kernel)(x, train)
         x = nn.swish(nn.BatchNorm(use_running_average=not train)(nn.Conv(640, (1, 1))(x)))
@@ -271,8 +277,14 @@ def table(results: list[dict]) -> str:
                 f"{r['first_s']['jgsess.jit']:.1f}",
             ]
         )
-    headers = ["workload", "jax.jit ms", "jgsess.jit ms", "speed-up", "first call s (jax)",
-               "first call s (jgsess)"]
+    headers = [
+        "workload",
+        "jax.jit ms",
+        "jgsess.jit ms",
+        "speed-up",
+        "first call s (jax)",
+        "first call s (jgsess)",
+    ]
     return render(headers, rows)
 
 

@@ -85,8 +85,9 @@ def test_nested_vmap_gives_each_member_its_own_hyper_parameters():
 
 def test_a_learning_rate_per_element_is_not_an_optimizer_step_under_vmap_either():
     def step(params, accs, grads, lrs):
-        out = jax.tree.map(lambda p, a, g, lr: (p - lr * (g + 0.9 * a), g + 0.9 * a), params,
-                           accs, grads, lrs)
+        out = jax.tree.map(
+            lambda p, a, g, lr: (p - lr * (g + 0.9 * a), g + 0.9 * a), params, accs, grads, lrs
+        )
         return out
 
     params, accs, grads = ensemble(0), ensemble(1), ensemble(2, 0.1)

@@ -73,7 +73,7 @@ SCHEDULES = {
     "join": lambda: optax.join_schedules(
         [optax.linear_schedule(0.0, 0.1, 2), optax.cosine_decay_schedule(0.1, 100)], [2]
     ),
-    "lambda": lambda: (lambda count: 0.1 / (1.0 + count)),
+    "lambda": lambda: lambda count: 0.1 / (1.0 + count),
 }
 
 
@@ -141,12 +141,16 @@ def frozen_mask(params):
     return {k: not k.startswith("b") for k in params}  # biases frozen
 
 
+def trained_mask(params):
+    return {k: not f for k, f in frozen_mask(params).items()}
+
+
 @pytest.mark.parametrize(
     "opt",
     [
         optax.masked(optax.adamw(1e-3), frozen_mask),
         optax.chain(
-            optax.masked(optax.set_to_zero(), lambda p: {k: not f for k, f in frozen_mask(p).items()}),
+            optax.masked(optax.set_to_zero(), trained_mask),
             optax.masked(optax.sgd(0.1, 0.9), frozen_mask),
         ),
         optax.multi_transform(

@@ -18,11 +18,11 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
       const AdamwHyper h = LoadHyper(member);
       const AdamwReciprocals r = Reciprocals(h);
       RunMultiTensor<4, 3>(pool, part, [&](const float* const* in, float* const* out, int64_t n) {
-        // outputs may be their operands (in place); element i touches index i only
+      // outputs may be their operands (in place); element i touches index i only
 #pragma omp simd
         for (int64_t i = 0; i < n; ++i) {
-          AdamwElement<kFlags>(h, r, in[0][i], in[1][i], in[2][i], in[3][i], &out[0][i],
-                               &out[1][i], &out[2][i]);
+          AdamwElement<kFlags>(h, r, in[0][i], in[1][i], in[2][i], in[3][i], &out[0][i], &out[1][i],
+                               &out[2][i]);
         }
       });
       return ffi::Error::Success();
