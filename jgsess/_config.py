@@ -5,8 +5,8 @@ JGSESS_DUMP=dir        write the graph after each pass (text, .dot), the executi
 JGSESS_DISABLE=a,b     turn off the passes named a and b
 JGSESS_KERNELS=off     every fused node runs its pure-JAX reference; =off:adamw,momentum turns
                        off just those kernels
-JGSESS_NUMERICS=exact  kernels divide where their reference divides, matching it bit for bit
-                       (the default multiplies by per-call reciprocals: within 2 ulp, faster)
+JGSESS_NUMERICS=exact  the adamw kernel divides (IEEE division, as numpy does) where the
+                       default multiplies by per-call reciprocals, as XLA's CPU code does
 JGSESS_PREFER=memory   also take kernels that save memory at a small cost in speed (ReLU
                        bit-mask residuals: measured 2-4% slower on the CPU, 7-19% less temp)
 JGSESS_BUCKETS=on|off  bucket-all-reduce: take the rewrite without measuring, or never (default:

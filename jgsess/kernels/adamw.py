@@ -5,8 +5,9 @@ per tensor, each written over its operand when the memory planner allows. Static
 picks the form; with UPDATE the first result is optax's update -(lr*u) instead of p'. p and g
 may be bf16/f16 (widened exactly, p' rounded back to p's dtype); m and v are f32. The C++
 handlers (csrc/kernels/adamw/) compute `update` below in the same order, except that they
-multiply by per-call reciprocals where it divides by bc1, bc2 and norm (within 2 ulp of it,
-benchmarks/optimizer_ulp.py); under JGSESS_NUMERICS=exact they divide, bit for bit.
+multiply by per-call reciprocals where it divides by bc1, bc2 and norm, as XLA's CPU code does
+for `x / scalar` (bit for bit with `update` under XLA: benchmarks/optimizer_ulp.py); under
+JGSESS_NUMERICS=exact they divide (IEEE division, as numpy does).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ SCALARS = (
     "clip",
 )
 BIAS_CORRECTION, EPS_ROOT, WEIGHT_DECAY, UPDATE, CLIP = 1, 2, 4, 8, 16
-EXACT = 32  # C++ only: divide as `update` does (JGSESS_NUMERICS=exact), bit for bit
+EXACT = 32  # C++ only: IEEE division where `update` divides (JGSESS_NUMERICS=exact)
 OPTAX_ADAMW = BIAS_CORRECTION | EPS_ROOT | WEIGHT_DECAY
 OPTAX_ADAM = BIAS_CORRECTION | EPS_ROOT
 MINDSPORE_ADAM = 0

@@ -33,8 +33,8 @@ def update_kernel(
 ) -> KernelSpec:
     """The spec of a kernel with `per_tensor` operands per tensor (p, g, then the state slots
     `state`) and results (p' or the update, then the new state). `exact_flag`, if the kernel
-    has one, is added to the C++ flags under JGSESS_NUMERICS=exact (the kernel then divides as
-    the reference does, instead of multiplying by reciprocals)."""
+    has one, is added to the C++ flags under JGSESS_NUMERICS=exact (the kernel then divides,
+    IEEE, instead of multiplying by reciprocals as XLA's CPU code does)."""
     base = len(scalars)
     sources = (0, *state)  # the operand each result is computed over
 

@@ -2,7 +2,7 @@
 //
 // Operands (per tensor): p, g, m, v -> p', m', v'. Hyper-parameters are rank-0 f32 buffers, so a
 // learning-rate schedule never recompiles. Under kExact the order of operations is the
-// reference's (jgsess/kernels/adamw.py), so results match it bit for bit:
+// reference's (jgsess/kernels/adamw.py), each division an IEEE division:
 //
 //   g  = keep ? g : (g/norm)*clip   (optax.clip_by_global_norm folded in: kClip)
 //   m' = omb1*g + b1*m            v' = omb2*g*g + b2*v
@@ -11,10 +11,10 @@
 //   u += wd*p                                                       (kWeightDecay)
 //   p' = p - lr*u                 or the update itself, -(lr*u)     (kUpdate)
 //
-// Without kExact the divisions by per-call constants become multiplications by their
-// reciprocals (m' * (1/bc1), v' * (1/bc2), g * (clip/norm)): two of the three divisions per
-// element go, and the loop keeps up with memory. m' and v' are unchanged; u differs from the
-// reference by rounding only (benchmarks/optimizer_ulp.py measures it).
+// Without kExact a division by a per-call constant is a multiplication by its reciprocal
+// (m' * (1/bc1), v' * (1/bc2), g * (clip/norm)), as XLA's CPU code computes `x / scalar`: the
+// results equal the reference's as XLA runs it, bit for bit (benchmarks/optimizer_ulp.py), and
+// two of three divisions per element go. kExact divides (IEEE division, as numpy does).
 #pragma once
 
 #include <cmath>
@@ -33,7 +33,7 @@ enum AdamwFlags : int64_t {
   kWeightDecay = 4,
   kUpdate = 8,  // result 0 is optax's update -(lr*u), not the new parameter
   kClip = 16,
-  kExact = 32,  // divide as the reference does (JGSESS_NUMERICS=exact): bit for bit
+  kExact = 32,  // IEEE division where the formula divides (JGSESS_NUMERICS=exact)
 };
 
 // The hyper-parameters, rank-0 f32 operands in this order before the tensors
