@@ -13,7 +13,9 @@ candidate replacements in order of preference. The driver supplies what every fu
     cycle);
   - the new nodes are inserted, the replaced values' users moved over, the old nodes removed;
   - the fusion is recorded for the report; a hardware fusion (`kernels`, run after selection)
-    is taken only where selection would take its kernels, and recorded as declined otherwise.
+    is taken only where selection would take its kernels, and recorded as declined otherwise;
+    a rewrite whose kernels are chosen for its own shapes (by measurement) says so with
+    `Rewrite.selected`, asked only once the checks above pass, and is declined the same way.
 
 Pattern fusions (the optimizer updates) build their `find` with `pattern_fusion` from
 `FusionRule(pattern, build)`s: `build(graph, match, outputs)` is the guard and returns the fused
@@ -36,12 +38,21 @@ from .by_example import ExamplePattern
 @dataclass
 class Rewrite:
     """One candidate replacement: `added` nodes, each inserted before a node; the `replaced`
-    (old value, new value) pairs; the `removed` nodes; the kernel's name for the record."""
+    (old value, new value) pairs; the `removed` nodes; the kernel's name for the record.
+
+    `also`: more kernels the record counts as fused with it (a backward beside its forward).
+    `selected(ctx)`: whether selection would take this rewrite's kernels for its shapes, and if
+    not, why; asked only for a rewrite the driver would otherwise take, so it may measure.
+    `taken(ctx)`: records what only this fusion reports, once the rewrite is applied.
+    """
 
     kernel: str
     added: list[tuple[Node, Node]]
     replaced: list[tuple[Value, Value]]
     removed: list[Node] = field(default_factory=list)
+    also: tuple[str, ...] = ()
+    selected: Callable[[Context], tuple[bool, str]] | None = None
+    taken: Callable[[Context], None] | None = None
 
 
 Find = Callable[[Graph, Node, Context, dict], Iterable[Rewrite]]
@@ -124,11 +135,17 @@ def run(fusion: Fusion, graph: Graph, ctx: Context) -> int:
         for rewrite in fusion.find(graph, node, ctx, memo):
             if not (_contained(graph, rewrite) and _acyclic(graph, rewrite, order)):
                 continue
-            if not wanted:
-                ctx.record.decline(fusion.name, rewrite.kernel, reason)
+            take, why = (wanted, reason)
+            if take and rewrite.selected is not None:
+                take, why = rewrite.selected(ctx)
+            if not take:
+                ctx.record.decline(fusion.name, rewrite.kernel, why)
                 break
             apply(graph, rewrite)
-            ctx.record.fused(fusion.name, rewrite.kernel)
+            for kernel in (rewrite.kernel, *rewrite.also):
+                ctx.record.fused(fusion.name, kernel)
+            if rewrite.taken is not None:
+                rewrite.taken(ctx)
             count += 1
             break
     return count
