@@ -21,16 +21,19 @@ textbook jnp one) is traced at those shapes, as a forward or, where the ReLU's m
 forward plus `jax.vjp`, canonicalized as the program was, and embedded around the ReLU
 (`patterns.embed`). eps is a wildcard literal; the residual add matches in either order.
 
-Guard: every value inside the match is read only inside it, except its results (y, the
-statistics, the gradients, and the residual's gradient) — the single-user check the seed lacks:
-a pre-activation value read elsewhere keeps XLA's code. Eval mode, other activations, other
-formulas (eps outside the square root, say) do not embed. The running-statistics update is not
-part of the match and stays exact.
+Guard (the fusion driver's, on the nodes the rewrite removes): every value inside the match is
+read only inside it, except its results (y, the statistics, the gradients, and the residual's
+gradient) — the single-user check the seed lacks: a pre-activation value read elsewhere keeps
+XLA's code. Nodes that only compute constants may be shared: they are not removed. Eval mode,
+other activations, other formulas (eps outside the square root, say) do not embed. The
+running-statistics update is not part of the match and stays exact. A match is taken where the
+kernels measure faster than the matched code (`Rewrite.selected`), and declined otherwise.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -42,8 +45,9 @@ from ...ir.graph import Graph, Node, Value
 from ...kernels import batch_norm
 from ...patterns.embed import Embedding, embed
 from .. import add_any, canonicalize, casts, dce, transposes
-from ..manager import Context, Pass
+from ..manager import Context
 from ..select import available
+from .engine import Fusion, Rewrite
 
 NAME = "fuse-batch-norm-relu"
 # eps stands for any literal: the examples are traced with this one
@@ -194,81 +198,70 @@ def _constant(node: Node, memo: dict) -> bool:
     return memo[node]
 
 
-def _self_contained(graph: Graph, ex: _Example, emb: Embedding) -> bool:
-    """Nothing inside the match is read outside it but its results; nodes that only compute
-    constants may be shared (they stay where still read)."""
-    inside = set(emb.nodes.values())
-    results = {emb.values[v] for v in ex.outputs}
+def _removed(graph: Graph, inside: list[Node], results: set[Value]) -> list[Node]:
+    """The matched nodes but the constant ones read outside the match (and what they read):
+    nodes that only compute constants may be shared, and stay where still read."""
+    within = set(inside)
     memo: dict = {}
-    for node in inside:
-        if _constant(node, memo):
-            continue
-        for value in node.outputs:
-            if value not in results and (
-                graph.output_uses(value) or any(u not in inside for u in value.users)
-            ):
-                return False
-    return True
-
-
-def _reaches(values: list[Value], nodes: set[Node], stops: set[Value]) -> bool:
-    """Whether any of `values` is computed from `nodes`, not counting paths through `stops`."""
-    stack = [v for v in values if v not in stops]
-    seen: set[Value] = set()
+    keep = {
+        node
+        for node in inside
+        if _constant(node, memo)
+        and any(
+            value not in results
+            and (graph.output_uses(value) or any(u not in within for u in value.users))
+            for value in node.outputs
+        )
+    }
+    stack = list(keep)
     while stack:
-        value = stack.pop()
-        if value in seen or value.producer is None:
-            continue
-        seen.add(value)
-        if value.producer in nodes:
-            return True
-        stack.extend(v for v in value.producer.inputs if v not in stops)
-    return False
+        for value in stack.pop().inputs:
+            if value.producer in within and value.producer not in keep:
+                keep.add(value.producer)
+                stack.append(value.producer)
+    return [node for node in inside if node not in keep]
 
 
-def _fuse(graph: Graph, ex: _Example, emb: Embedding, axis: int, form: str, ctx) -> bool:
-    eps = emb.wildcards.get("eps")
-    if eps is None or not _self_contained(graph, ex, emb):
-        return False
+def _note_residuals(residuals: tuple[str, int, int], ctx: Context) -> None:
+    """For the memory report: (backward kernel, bytes the program kept for its backward, bytes
+    the kernels keep: statistics and mask bits)."""
+    ctx.record.residuals.append(residuals)
+
+
+def _rewrite(graph: Graph, ex: _Example, emb: Embedding, axis: int, form: str) -> Rewrite:
+    """The kernel nodes replacing an embedded example: the forward before the ReLU and, in a
+    step, the backward before the first gradient; taken where measured faster."""
     image = [emb.values[v] for v in ex.outputs]
     operands = [emb.values[v] for v in ex.graph.inputs]
-    inside = set(emb.nodes.values())
     forward_in = operands[: 4 if ex.add else 3]
-    if _reaches(forward_in, inside, set()):
-        return False
-    if ex.train and _reaches(operands[len(forward_in) :], inside, set(image[:3])):
-        return False
     y, mean, var = image[:3]
-    static = {"eps": float(eps.scalar_value()), "axis": axis, "form": form}
+    static = {"eps": float(emb.wildcards["eps"].scalar_value()), "axis": axis, "form": form}
     static["dtype"] = np.dtype(y.dtype).name
     specs = _specs(ex)
     params = [{**static, "stats_shape": tuple(mean.shape)}, {**static, "add": ex.add}]
-    take, reason = _decide(specs, params, [v.aval for v in operands], ex.train, ctx)
-    if not take:
-        ctx.record.decline(NAME, specs[0].name, reason)
-        return False
     avals = specs[0].result_avals([v.aval for v in forward_in], params[0])
     fwd = Node(specs[0], forward_in, avals, params[0])
-    graph.insert(fwd, before=emb.nodes[ex.anchor])
+    added = [(fwd, emb.nodes[ex.anchor])]
     replaced = list(zip(image[:3], fwd.outputs[:3]))
-    created = [fwd]
+    taken = None
     if ex.train:
         inputs = [operands[-1], *forward_in[:2], *fwd.outputs[1:4]]
         avals = specs[1].result_avals([v.aval for v in inputs], params[1])
         bwd = Node(specs[1], inputs, avals, params[1])
-        graph.insert(bwd, before=image[3].producer)
+        added.append((bwd, image[3].producer))
         replaced += list(zip(image[3:], bwd.outputs))
-        created.append(bwd)
-    for old, new in replaced:
-        graph.replace_uses(old, new)
-    _remove(graph, inside)
-    for node in created:
-        ctx.record.fused(NAME, node.op.name)
-    if ex.train:
         kept = sum(_compat.aval_nbytes(emb.values[v].aval) for v in ex.residuals)
         fused = sum(_compat.aval_nbytes(v.aval) for v in fwd.outputs[1:4])
-        ctx.record.residuals.append((specs[1].name, kept, fused))
-    return True
+        taken = functools.partial(_note_residuals, (specs[1].name, kept, fused))
+    return Rewrite(
+        specs[0].name,
+        added,
+        replaced,
+        _removed(graph, list(emb.nodes.values()), set(image)),
+        also=tuple(spec.name for spec in specs[1:]),
+        selected=functools.partial(_decide, specs, params, [v.aval for v in operands], ex.train),
+        taken=taken,
+    )
 
 
 def _specs(ex: _Example) -> list:
@@ -318,39 +311,19 @@ def _sides(specs, params, avals, train: bool):
     return kernels, program, [arenas, *operands]
 
 
-def _remove(graph: Graph, inside: set[Node]) -> None:
-    """Remove the matched nodes, except constant ones still read outside (and what they read)."""
-    keep = {
-        n
-        for n in inside
-        if any(graph.output_uses(v) or any(u not in inside for u in v.users) for v in n.outputs)
-    }
-    stack = list(keep)
-    while stack:
-        for value in stack.pop().inputs:
-            if value.producer in inside and value.producer not in keep:
-                keep.add(value.producer)
-                stack.append(value.producer)
-    for node in inside - keep:
-        graph.remove(node)
+def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
+    """At a ReLU `node`: one rewrite per formula of `FORMS` that embeds around it."""
+    s = _relu_input(node)
+    probe = _probe(s) if s is not None else None
+    if probe is None:
+        return
+    axis, x_dtype, add = probe
+    train = _trains(graph, s)
+    for form in batch_norm.FORMS:
+        ex = _example(form, train, add, s.shape, x_dtype, np.dtype(s.dtype), axis)
+        emb = ex and embed(ex.graph, ex.anchor, node, {_EPS_KEY: "eps"})
+        if emb is not None and "eps" in emb.wildcards:
+            yield _rewrite(graph, ex, emb, axis, form)
 
 
-def run(graph: Graph, ctx: Context) -> int:
-    count = 0
-    for node in reversed(graph.live()):
-        s = _relu_input(node) if graph.is_live(node) else None
-        probe = _probe(s) if s is not None else None
-        if probe is None:
-            continue
-        axis, x_dtype, add = probe
-        train = _trains(graph, s)
-        for form in batch_norm.FORMS:
-            ex = _example(form, train, add, s.shape, x_dtype, np.dtype(s.dtype), axis)
-            emb = ex and embed(ex.graph, ex.anchor, node, {_EPS_KEY: "eps"})
-            if emb is not None and _fuse(graph, ex, emb, axis, form, ctx):
-                count += 1
-                break
-    return count
-
-
-PASS = Pass(NAME, run, doc=__doc__)
+PASS = Fusion(NAME, frozenset({"max"}), find, __doc__).as_pass()
