@@ -123,17 +123,23 @@ void LaunchSums(cudaStream_t stream, const SumOperands& op, const BnShape& s, do
   }
 }
 
+// Channel c's two sums: its partial sums over the splits, added in split order.
+__device__ double2 ChannelSums(const double* partial, const BnShape& s, int64_t splits, int64_t c) {
+  double2 sums = {0.0, 0.0};
+  for (int64_t p = 0; p < splits; ++p) {
+    sums.x += partial[p * 2 * s.channels + c];
+    sums.y += partial[p * 2 * s.channels + s.channels + c];
+  }
+  return sums;
+}
+
 // coef[4 * c]: forward a = rsqrt(var + eps) * scale; backward (a, b, c) of dx's formula.
 __global__ void FinishForward(const double* partial, const void* x, Elem x_type, BnShape s,
                               int64_t splits, const float* scale, float eps, float* mean,
                               float* var, float* coef) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= s.channels) return;
-  double a = 0.0, b = 0.0;
-  for (int64_t p = 0; p < splits; ++p) {
-    a += partial[p * 2 * s.channels + c];
-    b += partial[p * 2 * s.channels + s.channels + c];
-  }
+  const auto [a, b] = ChannelSums(partial, s, splits, c);
   const double m = static_cast<double>(s.count()), d = a / m;
   mean[c] = static_cast<float>(LoadF32(x, x_type, c * s.inner) + d);
   var[c] = static_cast<float>(fmax(0.0, b / m - d * d));
@@ -145,11 +151,7 @@ __global__ void FinishBackward(const double* partial, BnShape s, int64_t splits,
                                float* coef) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= s.channels) return;
-  double a = 0.0, b = 0.0;
-  for (int64_t p = 0; p < splits; ++p) {
-    a += partial[p * 2 * s.channels + c];
-    b += partial[p * 2 * s.channels + s.channels + c];
-  }
+  const auto [a, b] = ChannelSums(partial, s, splits, c);
   dbias[c] = static_cast<float>(a);
   dscale[c] = BnInvStd(var[c], eps) * static_cast<float>(b);
   const BnGradCoef k = BnGradCoefOf(scale[c], var[c], eps, a, b, s.count());
@@ -185,14 +187,23 @@ __global__ void InputGrad(const void* dy, Elem dy_type, const void* x, Elem x_ty
   StoreF32(dx, x_type, i, a * (g - b - (LoadF32(x, x_type, i) - mean[c]) * k));
 }
 
+// A call's checked shape and its workspace: the per-split partial sums, then each channel's
+// coefficients.
 struct Work {
+  BnShape s;
   double* partial;
   float* coef;
 };
 
-Work WorkOf(char* base, const BnShape& s) {
-  double* partial = reinterpret_cast<double*>(base);
-  return Work{partial, reinterpret_cast<float*>(partial + BnSplits(s) * 2 * s.channels)};
+// The Work of a call whose operands `shape` checked, with the workspace at `offset` in the arena;
+// or the first error.
+ffi::ErrorOr<Work> WorkOf(const ffi::ErrorOr<BnShape>& shape, Buffer& arena, int64_t offset) {
+  if (shape.has_error()) return ffi::Unexpected(shape.error());
+  const BnShape s = *shape;
+  auto base = BnWorkspace(arena, offset, s);
+  if (base.has_error()) return ffi::Unexpected(base.error());
+  double* partial = reinterpret_cast<double*>(*base);
+  return Work{s, partial, reinterpret_cast<float*>(partial + BnSplits(s) * 2 * s.channels)};
 }
 
 int64_t Blocks(int64_t n, int64_t threads) { return (n + threads - 1) / threads; }
@@ -200,34 +211,29 @@ int64_t Blocks(int64_t n, int64_t threads) { return (n + threads - 1) / threads;
 ffi::Error Forward(cudaStream_t stream, Buffer& arena, Buffer& x, F32Buffer& scale, F32Buffer& bias,
                    const Buffer* z, float eps, int64_t axis, int64_t offset, Buffer& y,
                    F32Buffer& mean, F32Buffer& var, MaskBuffer& mask) {
-  auto shape = BnForwardShape(x, scale, bias, z, axis, y, mean, var, mask);
-  if (shape.has_error()) return shape.error();
-  const BnShape s = *shape;
-  auto base = BnWorkspace(arena, offset, s);
-  if (base.has_error()) return base.error();
-  const Work work = WorkOf(*base, s);
+  auto work = WorkOf(BnForwardShape(x, scale, bias, z, axis, y, mean, var, mask), arena, offset);
+  if (work.has_error()) return work.error();
+  const BnShape s = work->s;
   if (s.size() == 0) return ffi::Error::Success();
   const Elem xt = ElemOf(x.element_type()), yt = ElemOf(y.element_type());
   const SumOperands op{x.untyped_data(), xt, nullptr, nullptr, xt, nullptr, nullptr};
-  LaunchSums(stream, op, s, work.partial);
+  LaunchSums(stream, op, s, work->partial);
   FinishForward<<<Blocks(s.channels, kThreads), kThreads, 0, stream>>>(
-      work.partial, x.untyped_data(), xt, s, BnSplits(s), scale.typed_data(), eps,
-      mean.typed_data(), var.typed_data(), work.coef);
+      work->partial, x.untyped_data(), xt, s, BnSplits(s), scale.typed_data(), eps,
+      mean.typed_data(), var.typed_data(), work->coef);
   Normalize<<<Blocks(s.size(), kThreads), kThreads, 0, stream>>>(
       x.untyped_data(), xt, z != nullptr ? z->untyped_data() : nullptr, s, mean.typed_data(),
-      work.coef, bias.typed_data(), y.untyped_data(), yt, mask.typed_data());
+      work->coef, bias.typed_data(), y.untyped_data(), yt, mask.typed_data());
   return CudaStatus("batch_norm_relu");
 }
 
 ffi::Error Backward(cudaStream_t stream, Buffer& arena, Buffer& dy, Buffer& x, F32Buffer& scale,
                     F32Buffer& mean, F32Buffer& var, MaskBuffer& mask, float eps, int64_t axis,
                     int64_t offset, Buffer& dx, F32Buffer& dscale, F32Buffer& dbias, Buffer* dz) {
-  auto shape = BnBackwardShape(dy, x, scale, mean, var, mask, axis, dx, dscale, dbias, dz);
-  if (shape.has_error()) return shape.error();
-  const BnShape s = *shape;
-  auto base = BnWorkspace(arena, offset, s);
-  if (base.has_error()) return base.error();
-  const Work work = WorkOf(*base, s);
+  auto work = WorkOf(BnBackwardShape(dy, x, scale, mean, var, mask, axis, dx, dscale, dbias, dz),
+                     arena, offset);
+  if (work.has_error()) return work.error();
+  const BnShape s = work->s;
   if (s.size() == 0) return ffi::Error::Success();
   const Elem xt = ElemOf(x.element_type()), gt = ElemOf(dy.element_type());
   const SumOperands op{x.untyped_data(),
@@ -237,13 +243,13 @@ ffi::Error Backward(cudaStream_t stream, Buffer& arena, Buffer& dy, Buffer& x, F
                        gt,
                        mask.typed_data(),
                        dz != nullptr ? dz->untyped_data() : nullptr};
-  LaunchSums(stream, op, s, work.partial);
+  LaunchSums(stream, op, s, work->partial);
   FinishBackward<<<Blocks(s.channels, kThreads), kThreads, 0, stream>>>(
-      work.partial, s, BnSplits(s), scale.typed_data(), var.typed_data(), eps, dscale.typed_data(),
-      dbias.typed_data(), work.coef);
+      work->partial, s, BnSplits(s), scale.typed_data(), var.typed_data(), eps, dscale.typed_data(),
+      dbias.typed_data(), work->coef);
   InputGrad<<<Blocks(s.size(), kThreads), kThreads, 0, stream>>>(
       dy.untyped_data(), gt, x.untyped_data(), xt, mask.typed_data(), s, mean.typed_data(),
-      work.coef, dx.untyped_data());
+      work->coef, dx.untyped_data());
   return CudaStatus("batch_norm_relu_grad");
 }
 
