@@ -23,6 +23,7 @@
 #include "common/dispatch.h"
 #include "common/ffi.h"
 #include "common/host_device.h"
+#include "common/optimizer.h"
 #include "common/tensor_list.h"
 
 namespace jgsess {
@@ -73,11 +74,7 @@ JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, const AdamwReciprocals
   if constexpr ((kFlags & kEpsRoot) != 0) vhat = vhat + h.eps_root;
   float u = mhat / (sqrtf(vhat) + h.eps);
   if constexpr ((kFlags & kWeightDecay) != 0) u = u + h.wd * p;
-  if constexpr ((kFlags & kUpdate) != 0) {
-    *p_out = -(h.lr * u);
-  } else {
-    *p_out = p - h.lr * u;
-  }
+  *p_out = StepResult<(kFlags & kUpdate) != 0>(p, h.lr, u);
   *m_out = m2;
   *v_out = v2;
 }

@@ -17,6 +17,7 @@
 #include "common/dispatch.h"
 #include "common/ffi.h"
 #include "common/host_device.h"
+#include "common/optimizer.h"
 #include "common/tensor_list.h"
 
 namespace jgsess {
@@ -43,11 +44,7 @@ JGSESS_HOST_DEVICE void MomentumElement(const MomentumHyper& h, float p, float g
   const float acc2 = h.mu * acc + gt;
   float d = acc2;
   if constexpr ((kFlags & kMomentumNesterov) != 0) d = gt + h.mu * acc2;
-  if constexpr ((kFlags & kMomentumUpdate) != 0) {
-    *p_out = -(h.lr * d);
-  } else {
-    *p_out = p - h.lr * d;
-  }
+  *p_out = StepResult<(kFlags & kMomentumUpdate) != 0>(p, h.lr, d);
   *acc_out = acc2;
 }
 
