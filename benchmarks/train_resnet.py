@@ -29,38 +29,43 @@ import optax
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jgsess  # noqa: E402
 
+# training-mode BatchNorm: batch statistics, running averages with momentum 0.9
+norm = partial(nn.BatchNorm, use_running_average=False, momentum=0.9)
 
-class BasicBlock(nn.Module):
+
+class Block(nn.Module):
+    """A residual block of `filters` channels (four times as many out of a bottleneck), its
+    first spatial convolution strided by `strides`."""
+
     filters: int
     strides: int = 1
 
+    def join(self, x, y):
+        """relu(x + y), x projected (1x1 convolution + BatchNorm) where its shape is not y's."""
+        if x.shape != y.shape:
+            x = norm()(nn.Conv(y.shape[-1], (1, 1), self.strides, use_bias=False)(x))
+        return nn.relu(x + y)
+
+
+class BasicBlock(Block):
     @nn.compact
     def __call__(self, x):
-        norm = partial(nn.BatchNorm, use_running_average=False, momentum=0.9)
         y = nn.Conv(self.filters, (3, 3), self.strides, use_bias=False)(x)
         y = nn.relu(norm()(y))
         y = nn.Conv(self.filters, (3, 3), use_bias=False)(y)
         y = norm(scale_init=nn.initializers.zeros)(y)
-        if x.shape != y.shape:
-            x = norm()(nn.Conv(self.filters, (1, 1), self.strides, use_bias=False)(x))
-        return nn.relu(x + y)
+        return self.join(x, y)
 
 
-class Bottleneck(nn.Module):
-    filters: int
-    strides: int = 1
-
+class Bottleneck(Block):
     @nn.compact
     def __call__(self, x):
-        norm = partial(nn.BatchNorm, use_running_average=False, momentum=0.9)
         y = nn.relu(norm()(nn.Conv(self.filters, (1, 1), use_bias=False)(x)))
         y = nn.relu(norm()(nn.Conv(self.filters, (3, 3), self.strides, use_bias=False)(y)))
         y = norm(scale_init=nn.initializers.zeros)(
             nn.Conv(self.filters * 4, (1, 1), use_bias=False)(y)
         )
-        if x.shape != y.shape:
-            x = norm()(nn.Conv(self.filters * 4, (1, 1), self.strides, use_bias=False)(x))
-        return nn.relu(x + y)
+        return self.join(x, y)
 
 
 class ResNet(nn.Module):
@@ -73,7 +78,7 @@ class ResNet(nn.Module):
     @nn.compact
     def __call__(self, x):
         x = nn.Conv(64, (3, 3), use_bias=False)(x)
-        x = nn.relu(nn.BatchNorm(use_running_average=False, momentum=0.9)(x))
+        x = nn.relu(norm()(x))
         for i, count in enumerate(self.stages):
             for b in range(count):
                 x = self.block(64 * 2**i, 2 if b == 0 and i > 0 else 1)(x)
