@@ -5,7 +5,8 @@ BatchNormGradWithActivation, BatchNormGradWithAddAndActivation].
 Forward: (x, scale, bias[, z]) -> (y, mean, var, mask). Over every axis but `axis` (the
 features): mean, biased var, t = (x - mean) * (rsqrt(var + eps) * scale) + bias rounded to
 `dtype`, s = t (+ z, in `dtype`), y = relu(s), and bit i of `mask` is s_i > 0 (packed as
-`relu_mask` packs it). mean and var come out in `stats_shape`, as the program had them.
+`relu_mask` packs it, in its shape). mean and var come out in `stats_shape`, the program's
+shape with the channel dimension written -1 (`stats_layout`).
 
 Backward: (dy, x, scale, mean, var, mask) -> (dx, dscale, dbias[, dz]): BatchNorm's input and
 parameter gradients from g = where(mask, dy, 0); dz = g, the gradient of the residual.
@@ -21,6 +22,7 @@ they agree with the references to float32 rounding.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +30,8 @@ import numpy as np
 from jax import lax
 
 from .. import _compat
-from .relu_mask import pack, unpack
+from .partition import Factors
+from .relu_mask import mask_factors, mask_shape, pack, unpack
 from .spec import KernelSpec
 
 SPLITS_MAX = 64  # csrc/kernels/batch_norm/batch_norm.h: BnSplits
@@ -45,18 +48,31 @@ def _reduced(ndim: int, axis: int) -> tuple[int, ...]:
     return tuple(d for d in range(ndim) if d != axis)
 
 
-def flax_form(x, scale, bias, *residual, eps, axis, dtype, fast=True):
+def _mean(v, axes: tuple, split: tuple):
+    """v's mean over `axes`; with `split` (inside a partitioned call, the mesh axes x is split
+    over), the mean over the whole array: the local sums added across those devices."""
+    if not split:
+        return v.mean(axes)
+    return lax.psum(v.sum(axes), split) / _count(v.shape, axes, split)
+
+
+def _count(shape, axes, split):
+    return math.prod(shape[a] for a in axes) * lax.psum(1, split)
+
+
+def flax_form(x, scale, bias, *residual, eps, axis, dtype, fast=True, split=()):
     """flax.linen / flax.nnx BatchNorm in training mode (their `_compute_stats` and
-    `_normalize`), then the residual add: (s, mean, var), s before the ReLU."""
+    `_normalize`), then the residual add: (s, mean, var), s before the ReLU. `split`: see
+    `_mean`."""
     axes = _reduced(x.ndim, axis)
     xs = x.astype(jnp.promote_types(x.dtype, jnp.float32))
     if fast:  # flax squares x before it takes the means: the backward's sums follow that order
         square = lax.square(xs)
-        mean = xs.mean(axes)
-        var = jnp.maximum(0.0, square.mean(axes) - lax.square(mean))
+        mean = _mean(xs, axes, split)
+        var = jnp.maximum(0.0, _mean(square, axes, split) - lax.square(mean))
     else:
-        mean = xs.mean(axes)
-        var = lax.square(xs - jnp.expand_dims(mean, axes)).mean(axes)
+        mean = _mean(xs, axes, split)
+        var = _mean(lax.square(xs - jnp.expand_dims(mean, axes)), axes, split)
     y = x - jnp.expand_dims(mean, axes)
     mul = lax.rsqrt(jnp.expand_dims(var, axes) + eps)
     mul = mul * _expand(scale, x.ndim, axis)
@@ -66,11 +82,15 @@ def flax_form(x, scale, bias, *residual, eps, axis, dtype, fast=True):
     return (s + residual[0] if residual else s), mean, var
 
 
-def plain_form(x, scale, bias, *residual, eps, axis, dtype):
+def plain_form(x, scale, bias, *residual, eps, axis, dtype, split=()):
     """The textbook version in jnp: (x - mean) / sqrt(var + eps) * scale + bias."""
     axes = _reduced(x.ndim, axis)
-    mean = jnp.mean(x, axes)
-    var = jnp.var(x, axes)
+    if split:
+        mean = _mean(x, axes, split)
+        var = _mean(lax.square(x - _expand(mean, x.ndim, axis)), axes, split)
+    else:
+        mean = jnp.mean(x, axes)
+        var = jnp.var(x, axes)
     y = (x - _expand(mean, x.ndim, axis)) / _expand(jnp.sqrt(var + eps), x.ndim, axis)
     s = jnp.asarray(y * _expand(scale, x.ndim, axis) + _expand(bias, x.ndim, axis), dtype)
     return (s + residual[0] if residual else s), mean, var
@@ -84,16 +104,22 @@ FORMS = {
 }
 
 
-def forward(x, scale, bias, *residual, eps, axis, form, dtype, stats_shape):
-    s, mean, var = FORMS[form](x, scale, bias, *residual, eps=eps, axis=axis, dtype=dtype)
+def forward(x, scale, bias, *residual, eps, axis, form, dtype, stats_shape, split=()):
+    """`split`: see `_mean` (the mask is x's part of the whole mask)."""
+    s, mean, var = FORMS[form](
+        x, scale, bias, *residual, eps=eps, axis=axis, dtype=dtype, split=split
+    )
     return jax.nn.relu(s), mean.reshape(stats_shape), var.reshape(stats_shape), pack(s > 0)
 
 
-def backward(dy, x, scale, mean, var, mask, *, eps, axis, form, dtype, add):
+def backward(dy, x, scale, mean, var, mask, *, eps, axis, form, dtype, add, split=()):
     """The derivative of `form` as jax differentiates it (the program's own backward), with
-    the ReLU's gate from the mask. mean and var are recomputed (the kernel reads them)."""
-    del mean, var
+    the ReLU's gate from the mask. mean and var are recomputed (the kernel reads them).
+    `split`: see `_split_backward`."""
     g = jnp.where(unpack(mask, dy.shape), dy, jnp.zeros((), dy.dtype))
+    if split:
+        grads = _split_backward(g, x, scale, mean, var, eps=eps, axis=axis, split=split)
+        return (*grads, g) if add else grads
 
     def pre_activation(x, scale, bias):
         return FORMS[form](x, scale, bias, eps=eps, axis=axis, dtype=dtype)[0]
@@ -101,6 +127,21 @@ def backward(dy, x, scale, mean, var, mask, *, eps, axis, form, dtype, add):
     _, vjp = jax.vjp(pre_activation, x, scale, jnp.zeros_like(scale))
     grads = vjp(g)
     return (*grads, g) if add else grads
+
+
+def _split_backward(g, x, scale, mean, var, *, eps, axis, split):
+    """The backward on one device's part of x (split over the mesh axes `split`), from the
+    forward's (whole-array) mean and var: the kernel's closed form, whose two per-channel sums
+    are added across the devices in one all-reduce."""
+    axes = _reduced(x.ndim, axis)
+    g32 = g.astype(jnp.float32)
+    xc = x.astype(jnp.float32) - _expand(mean, x.ndim, axis)
+    sum_g, sum_gxc = lax.psum((g32.sum(axes), (g32 * xc).sum(axes)), split)
+    count = _count(x.shape, axes, split)
+    inv = lax.rsqrt(var.reshape(-1) + eps)
+    a, b, c = (_expand(v, x.ndim, axis) for v in (scale * inv, sum_g / count, sum_gxc / count))
+    dx = a * (g32 - b - xc * (_expand(inv * inv, x.ndim, axis) * c))
+    return dx.astype(x.dtype), inv * sum_gxc, sum_g
 
 
 def _splits(x_aval, axis: int) -> int:
@@ -116,15 +157,26 @@ def _workspace(x_index: int):
     return bytes_
 
 
+def stats_layout(shape: tuple, channels: int) -> tuple:
+    """The static `stats_shape` of statistics of `shape`: their channel dimension (the last
+    of `channels` values) as -1, so that a per-device call on part of the channels keeps it."""
+    last = max(i for i, n in enumerate(shape) if n == channels)
+    return tuple(-1 if i == last else n for i, n in enumerate(shape))
+
+
+def _stats_shape(stats_layout: tuple, channels: int) -> tuple:
+    return tuple(channels if n == -1 else n for n in stats_layout)
+
+
 def _forward_avals(avals, static):
     x = avals[0]
-    stats = _compat.ShapedArray(tuple(static["stats_shape"]), np.dtype(np.float32))
-    words = -(-int(np.prod(x.shape, dtype=np.int64)) // 32)
+    shape = _stats_shape(static["stats_shape"], x.shape[static["axis"]])
+    stats = _compat.ShapedArray(shape, np.dtype(np.float32))
     return [
         _compat.ShapedArray(x.shape, np.dtype(static["dtype"])),
         stats,
         stats,
-        _compat.ShapedArray((words,), np.dtype(np.uint32)),
+        _compat.ShapedArray(mask_shape(x.shape), np.dtype(np.uint32)),
     ]
 
 
@@ -144,6 +196,48 @@ def _attrs(static) -> dict:
     return {"eps": np.float32(static["eps"]), "axis": np.int64(static["axis"])}
 
 
+def _factors(x_index: int):
+    """The sharding rule: x (and dy, z, and their gradients) split alike with the mask, the
+    per-channel vectors with x's feature dimension; the statistics sum over every other
+    factor. None where the mask is flat (it cannot follow a split)."""
+
+    def factors(static, avals) -> Factors | None:
+        shape = avals[x_index].shape
+        if len(mask_shape(shape)) != len(shape):
+            return None
+        x, mask, sizes, replicated = mask_factors(shape)
+        axis = static["axis"]
+        feature = x[axis]
+        layout = static.get("stats_shape") or stats_layout(avals[3].shape, shape[axis])
+        stats = tuple(feature if n == -1 else f"stat{i}" for i, n in enumerate(layout))
+        replicated = (*replicated, *(d for d in stats if isinstance(d, str) and d[:4] == "stat"))
+        summed = tuple(d if isinstance(d, str) else d[0] for i, d in enumerate(x) if i != axis)
+        channel = (feature,)
+        if x_index == 0:  # (x, scale, bias[, z]) -> (y, mean, var, mask)
+            operands = (x, channel, channel, *(x,) * (len(avals) - 3))
+            results = (x, stats, stats, mask)
+        else:  # (dy, x, scale, mean, var, mask) -> (dx, dscale, dbias[, dz])
+            operands = (x, x, channel, stats, stats, mask)
+            results = (x, channel, channel, *(x,) * static["add"])
+        return Factors(operands, results, sizes, replicated, summed)
+
+    return factors
+
+
+def _per_shard(reference, x_index: int):
+    """Per device: the kernel where each device holds every element of its channels; where x
+    is split over mesh axes the statistics need all devices' sums, so the reference runs with
+    them added across those axes (one all-reduce, as XLA partitions the program's own code)."""
+
+    def per_shard(bind, operands, axes, static) -> list:
+        split = tuple(dict.fromkeys(axes[1 + x_index]))  # operand 0 is the arena
+        if not split:
+            return bind(*operands)
+        return [*reference(*operands[1:], **static, split=split), operands[0]]
+
+    return per_shard
+
+
 def _spec(name: str, reference, avals, x_index: int, doc: str) -> KernelSpec:
     return KernelSpec(
         name=name,
@@ -151,6 +245,8 @@ def _spec(name: str, reference, avals, x_index: int, doc: str) -> KernelSpec:
         attrs=_attrs,
         result_avals=avals,
         workspace=_workspace(x_index),
+        factors=_factors(x_index),
+        per_shard=_per_shard(reference, x_index),
         doc=doc,
     )
 

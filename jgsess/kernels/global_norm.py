@@ -42,7 +42,7 @@ def _factors(static, avals) -> Factors:
     return Factors(tuple(dims(f"x{i}", len(a.shape)) for i, a in enumerate(avals)), ((),))
 
 
-def _per_shard(bind, operands, axes, params) -> list:
+def _per_shard(bind, operands, axes, static) -> list:
     """The norm from the local blocks: one call per set of mesh axes the tensors are split
     over, each call's square summed over its axes. Replicated tensors take the plain call."""
     arena, tensors, axes = operands[0], operands[1:], axes[1:]  # the arena is replicated

@@ -53,13 +53,16 @@ class Factors:
 
     `sizes`: sizes of the factors used only inside compounds. `replicated`: factors that must
     not be split. Factors of operands that no result has are reductions: the spec's
-    `per_shard` combines their partial results.
+    `per_shard` combines their partial results. `summed`: factors the kernel also sums over
+    though results keep them (BatchNorm's statistics over the batch): `per_shard` gets their
+    mesh axes too.
     """
 
     operands: tuple[tuple[Dim, ...], ...]
     results: tuple[tuple[Dim, ...], ...]
     sizes: tuple[tuple[str, int], ...] = ()
     replicated: tuple[str, ...] = ()
+    summed: tuple[str, ...] = ()
 
     def with_arena(self) -> Factors:
         """The same rule with the workspace arena (replicated) as first operand, last result."""
@@ -69,6 +72,7 @@ class Factors:
             self.results + arena,
             self.sizes,
             (*self.replicated, ARENA),
+            self.summed,
         )
 
     def reductions(self) -> set[str]:
@@ -137,6 +141,13 @@ class _Call:
     @property
     def kwargs(self) -> dict:
         return dict(self.params)
+
+
+def has_rule(spec, avals, params: dict) -> bool:
+    """Whether `spec` has a sharding rule for operands `avals` (the arena first, if it has a
+    workspace): `spec.factors` may decline shapes whose results cannot follow a split."""
+    shapes = avals[1:] if params.get("workspace") else avals
+    return spec.factors is not None and spec.factors(spec.static(params), shapes) is not None
 
 
 def _factors(spec, call: _Call) -> Factors:
@@ -222,7 +233,7 @@ def _partition(spec, call, mesh, arg_shapes, result_shape):
     mesh, factors, axes = _placement(spec, call, mesh, arg_shapes, result_shape)
     arg_shardings = tuple(_sharding(mesh, o, axes) for o in factors.operands)
     result_shardings = [_sharding(mesh, r, axes) for r in factors.results]
-    reductions = factors.reductions()
+    reductions = factors.reductions() | set(factors.summed)
     operand_axes = [
         tuple(a for d in o if _major(d) in reductions for a in axes.get(_major(d), ()))
         for o in factors.operands
@@ -235,7 +246,7 @@ def _partition(spec, call, mesh, arg_shapes, result_shape):
     def lower_fn(*operands):
         if spec.per_shard is None:
             return bind(*operands)
-        return spec.per_shard(bind, operands, operand_axes, kwargs)
+        return spec.per_shard(bind, operands, operand_axes, spec.static(kwargs))
 
     return mesh, lower_fn, result_shardings, arg_shardings
 

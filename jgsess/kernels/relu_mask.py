@@ -60,22 +60,24 @@ def prefer_kernel(node, platform: str) -> tuple[bool, str]:
     return False, "saves memory but costs 2-4% speed (set JGSESS_PREFER=memory to take it)"
 
 
-def _factors(forward: bool):
-    """The mask splits with the activation where it keeps its leading dimensions."""
+def mask_factors(shape: tuple) -> tuple:
+    """(factors of an activation of `shape`, of its mask, compound sizes, replicated factors):
+    the mask splits with the activation's leading dimensions where it keeps them (the last
+    dimension, a multiple of 32, splits in whole words); a flat mask splits with nothing."""
+    lead = dims("x", len(shape) - 1)
+    if len(mask_shape(shape)) == len(shape) and shape[-1] > 32:
+        return (*lead, ("x_w", "x_bit")), (*lead, "x_w"), (("x_bit", 32),), ()
+    if len(mask_shape(shape)) == len(shape):  # one word per row: the rows may split
+        return (*lead, "x_c"), (*lead, "x_w"), (), ("x_c", "x_w")
+    x = dims("x", len(shape))
+    return x, ("mask",), (), (*x, "mask")
 
+
+def _factors(forward: bool):
     def factors(static, avals) -> Factors:
         shape = avals[0 if forward else 1].shape
         inputs = len(avals) if forward else len(avals) - 1
-        lead = dims("x", len(shape) - 1)
-        if len(mask_shape(shape)) == len(shape) and shape[-1] > 32:
-            x = (*lead, ("x_w", "x_bit"))
-            mask, sizes, replicated = (*lead, "x_w"), (("x_bit", 32),), ()
-        elif len(mask_shape(shape)) == len(shape):  # one word per row: the rows may split
-            x, mask = (*lead, "x_c"), (*lead, "x_w")
-            sizes, replicated = (), ("x_c", "x_w")
-        else:
-            x = dims("x", len(shape))
-            mask, sizes, replicated = ("mask",), (), (*x, "mask")
+        x, mask, sizes, replicated = mask_factors(shape)
         if forward:
             return Factors((x,) * inputs, (x, mask), sizes, replicated)
         return Factors((mask, *(x,) * inputs), (x,), sizes, replicated)

@@ -61,9 +61,11 @@ class KernelSpec:
       prefer_kernel: `(node, platform) -> (bool, reason)`, the cost model; the default always
         takes the kernel where one is compiled.
       factors: `(static, operand avals) -> partition.Factors`, how the operands' and results'
-        dimensions line up: the sharding rule under which XLA partitions the kernel.
-      per_shard: `(bind, local operands, mesh axes per operand, params) -> results`, for
-        kernels whose factors include reductions: combines the per-shard partial results.
+        dimensions line up: the sharding rule under which XLA partitions the kernel (None for
+        shapes it has no rule for: XLA then partitions the reference).
+      per_shard: `(bind, local operands, mesh axes per operand, static) -> results`, for
+        kernels whose factors include reductions or summed factors: combines the per-shard
+        partial results (the mesh axes are those of each operand's reduced factors).
       doc: one line for reports.
     """
 
@@ -192,7 +194,7 @@ def _make_primitive(spec: KernelSpec):
         if _exporting(ctx):  # jax.export: the reference, so the artifact runs anywhere
             return reference_rule(ctx, *args, **params)
         how = "kernel" if params.get("local") else partition.how_to_lower(ctx)
-        if how == "partition" and spec.factors is None:
+        if how == "partition" and not partition.has_rule(spec, ctx.avals_in, params):
             how = "reference"  # no sharding rule: XLA partitions the reference instead
         if how == "partition":
             return partition.lower(spec, ctx, args, params)

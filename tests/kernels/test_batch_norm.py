@@ -18,6 +18,7 @@ CASES = [  # (x shape, feature axis)
     ((3, 6, 5, 7), 1),  # NCHW
     ((33, 5), 1),  # (batch, features)
     ((40, 41, 9), 2),  # more than one task, rows not a multiple of 32
+    ((4, 3, 3, 64), 3),  # channels a multiple of 32: the mask keeps x's leading dimensions
 ]
 
 
@@ -163,6 +164,18 @@ def test_jvp_and_vmap_go_through_the_reference():
     batched = jax.vmap(lambda x: call(arena, x, *operands[1:])[0])(xs)
     expected = jax.vmap(lambda x: batch_norm.forward(x, *operands[1:], **params)[0])(xs)
     assert_trees_close(batched, expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("shape, axis", CASES)
+def test_the_references_give_the_kernels_result_shapes(shape, axis):
+    # where XLA runs the reference in the kernel's place (jax.export, a partitioned program)
+    spec, operands, params = forward_case(shape, axis, jnp.float32, jnp.float32, False)
+    params["stats_shape"] = (1,) * (len(shape) - 1) + (-1,)  # flax keeps (C,); any rank works
+    avals = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in operands]
+    want = [(a.shape, a.dtype) for a in spec.result_avals(avals, params)]
+    got = jax.eval_shape(functools.partial(batch_norm.forward, **params), *operands)
+    assert [(g.shape, g.dtype) for g in got] == want
+    assert want[1][0] == (1,) * (len(shape) - 1) + (shape[axis],)
 
 
 def test_workspace_size_mirrors_the_kernel():

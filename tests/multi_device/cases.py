@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 import jgsess
 from tests.helpers import assert_trees_close, needs_shard_map_bodies
 
+PRNG = jax.random.PRNGKey(0)
 COLLECTIVES = ("all-gather", "all-reduce", "collective-permute", "all-to-all", "reduce-scatter")
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 4, reason="needs 4 devices")
@@ -407,3 +408,21 @@ def test_a_kernel_without_a_sharding_rule_runs_its_reference_when_partitioned():
     text = jax.jit(fused).lower(split).compile().as_text()
     assert "jgsess_relu_mask" not in kernels(text)
     assert_trees_close(jax.jit(fused)(split), spec.run_reference([x], {}))
+
+
+@pytest.mark.parametrize("layout", ["batch", "channels"])
+def test_batch_norm_relu_per_shard(layout):
+    from tests.passes.test_fuse_batch_norm import Block, linen_step
+
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    step, (params, stats, x, z) = linen_step(Block(), jax.random.normal(PRNG, (8, 3, 3, 128)))
+    if layout == "batch":  # data parallel: the statistics need every device's sums
+        x = jax.device_put(x, NamedSharding(mesh, P("d")))
+        want = set()
+    else:  # channels split: each device normalizes its own channels, in the kernels
+        params, stats = jax.device_put((params, stats), NamedSharding(mesh, P("d")))
+        x = jax.device_put(x, NamedSharding(mesh, P(None, None, None, "d")))
+        want = {"jgsess_batch_norm_relu", "jgsess_batch_norm_relu_grad"}
+    fusions = jgsess.jit(step).report(params, stats, x, z).fusions
+    assert fusions["batch_norm_relu"] == fusions["batch_norm_relu_grad"] == 1, fusions
+    check(step, (params, stats, x, z), want, rtol=2e-5, atol=2e-5)

@@ -238,16 +238,17 @@ def _rewrite(graph: Graph, ex: _Example, emb: Embedding, axis: int, form: str) -
     static = {"eps": float(emb.wildcards["eps"].scalar_value()), "axis": axis, "form": form}
     static["dtype"] = np.dtype(y.dtype).name
     specs = _specs(ex)
-    params = [{**static, "stats_shape": tuple(mean.shape)}, {**static, "add": ex.add}]
+    stats = batch_norm.stats_layout(mean.shape, forward_in[0].shape[axis])
+    params = [{**static, "stats_shape": stats}, {**static, "add": ex.add}]
+    # results that replace program values keep their avals (shardings included)
     avals = specs[0].result_avals([v.aval for v in forward_in], params[0])
-    fwd = Node(specs[0], forward_in, avals, params[0])
+    fwd = Node(specs[0], forward_in, [v.aval for v in image[:3]] + avals[3:], params[0])
     added = [(fwd, emb.nodes[ex.anchor])]
     replaced = list(zip(image[:3], fwd.outputs[:3]))
     taken = None
     if ex.train:
         inputs = [operands[-1], *forward_in[:2], *fwd.outputs[1:4]]
-        avals = specs[1].result_avals([v.aval for v in inputs], params[1])
-        bwd = Node(specs[1], inputs, avals, params[1])
+        bwd = Node(specs[1], inputs, [v.aval for v in image[3:]], params[1])
         added.append((bwd, image[3].producer))
         replaced += list(zip(image[3:], bwd.outputs))
         kept = sum(_compat.aval_nbytes(emb.values[v].aval) for v in ex.residuals)
