@@ -3,7 +3,8 @@
 Workloads (small inputs, so the step fits a 2-core CPU; the optimizer is a real share of it):
 
   resnet18          flax ResNet-18 with BatchNorm (batch statistics in the state), 32x32
-                    images, SGD with momentum 0.9 and weight decay
+                    images, SGD with momentum 0.9 and weight decay (benchmarks/resnet.py)
+  resnet50          flax ResNet-50 (bottlenecks), 32x32 images, SGD with momentum 0.9
   transformer       a 4-layer pre-norm transformer encoder (width 256), AdamW with a
                     warmup-cosine schedule and gradient clipping
   efficientnet      an EfficientNet-like net (depthwise convolutions, squeeze-excite,
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -35,39 +37,12 @@ import optax
 
 import jgsess
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from resnet import MODELS as RESNETS  # noqa: E402
+
 
 def log(message: str) -> None:
     print(message, flush=True)
-
-
-class ResNetBlock(nn.Module):
-    filters: int
-    strides: int = 1
-
-    @nn.compact
-    def __call__(self, x, train: bool):
-        norm = partial(nn.BatchNorm, use_running_average=not train, momentum=0.9)
-        y = nn.Conv(self.filters, (3, 3), self.strides, use_bias=False)(x)
-        y = nn.relu(norm()(y))
-        y = nn.Conv(self.filters, (3, 3), use_bias=False)(y)
-        y = norm(scale_init=nn.initializers.zeros)(y)
-        if x.shape != y.shape:
-            x = nn.Conv(self.filters, (1, 1), self.strides, use_bias=False)(x)
-            x = norm()(x)
-        return nn.relu(x + y)
-
-
-class ResNet18(nn.Module):
-    classes: int = 10
-
-    @nn.compact
-    def __call__(self, x, train: bool = True):
-        x = nn.Conv(64, (3, 3), use_bias=False)(x)
-        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
-        for i, filters in enumerate((64, 128, 256, 512)):
-            for b in range(2):
-                x = ResNetBlock(filters, 2 if b == 0 and i > 0 else 1)(x, train)
-        return nn.Dense(self.classes)(x.mean(axis=(1, 2)))
 
 
 class EfficientBlock(nn.Module):
@@ -211,8 +186,12 @@ def lora_workload(layers: int = 100, width: int = 256, rank: int = 4):
 
 WORKLOADS: dict[str, Callable] = {
     "resnet18": lambda: batchnorm_workload(
-        ResNet18(), optax.chain(optax.add_decayed_weights(5e-4), optax.sgd(0.1, 0.9)), 32, 8
+        RESNETS["resnet18"],
+        optax.chain(optax.add_decayed_weights(5e-4), optax.sgd(0.1, 0.9)),
+        32,
+        8,
     ),
+    "resnet50": lambda: batchnorm_workload(RESNETS["resnet50"], optax.sgd(0.1, 0.9), 32, 8),
     "transformer": transformer_workload,
     "efficientnet": lambda: batchnorm_workload(
         EfficientNetLike(),
@@ -251,12 +230,16 @@ def run_workload(name: str, runs: int, warmup: int) -> dict:
             times[variant].append(time.perf_counter() - start)
             states[variant] = out[:carried]
     ms = {v: statistics.median(t) * 1e3 for v, t in times.items()}
-    fusions = dict(variants["jgsess.jit"].report(*state, *inputs).fusions)
+    report = variants["jgsess.jit"].report(*state, *inputs)
+    fusions = dict(report.fusions)
     log(
         f"  {name}: "
         + ", ".join(f"{v} {ms[v]:.2f} ms (first call {first[v]:.1f} s)" for v in variants)
         + f"; fused {fusions}"
     )
+    for m in report.selection:  # what measured selection chose, with its two timings
+        times = f"kernel {m.kernel_s * 1e3:.3f} ms, xla {m.xla_s * 1e3:.3f} ms"
+        log(f"    selection: {m.kernel} -> {m.impl} ({times})")
     leaves = len(jax.tree.leaves(state[0]))
     return {"workload": name, "leaves": leaves, "ms": ms, "first_s": first, "fusions": fusions}
 
