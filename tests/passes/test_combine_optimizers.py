@@ -170,3 +170,20 @@ def test_trained_leaves_combine_and_frozen_leaves_stay_put(opt):
 def test_multi_steps_over_an_optimizer_outside_the_patterns_does_not_fuse():
     report = compare(optax.MultiSteps(optax.adabelief(1e-3), every_k_schedule=2), steps=4)
     assert not report.fusions and not report.session.record.combined
+
+
+@pytest.mark.parametrize(
+    "inner",
+    [
+        lambda: optax.adamw(optax.cosine_decay_schedule(1e-3, 100), weight_decay=1e-4),
+        lambda: optax.sgd(0.1, momentum=0.9, nesterov=True),
+    ],
+    ids=["adamw-cosine", "sgd-nesterov"],
+)
+def test_multi_steps_accumulation_fuses_the_inner_update(inner):
+    # optax.MultiSteps computes the inner update every step and multiplies it by whether this
+    # step applies it: the scaled step `lr*u` is matched and negated back after the kernel
+    report = compare(optax.MultiSteps(inner(), every_k_schedule=3), steps=7)
+    (kernel,) = {k for k, _ in report.session.record.combined}
+    assert report.session.record.combined == [(kernel, 5)]
+    assert report.fusions[kernel] == 5

@@ -139,3 +139,18 @@ def test_fused_update_runs_as_a_custom_call_in_place():
     text = step.lower(params, state, tree(1)).as_text()
     assert "jgsess_adamw" in text
     assert "tf.aliasing_output" in text or "output_operand_alias" in text
+
+
+def test_a_scaled_step_whose_moments_are_dropped_does_not_fire():
+    # `lr*u` is the scaled form's root, but with nothing keeping the new moments it is not an
+    # optimizer step: a kernel would only spend bandwidth writing them
+    def direction(p, m, v, g, lr=1e-3, b1=0.9, b2=0.999, eps=1e-6):
+        next_m = b1 * m + (1 - b1) * g
+        next_v = b2 * v + (1 - b2) * (g * g)
+        return lr * (next_m / (jnp.sqrt(next_v) + eps))
+
+    args = [rand((6,), s) for s in range(4)]
+    args[2] = jnp.abs(args[2])
+    fused = jgsess.jit(direction)
+    assert fused.report(*args).fusions["adamw"] == 0
+    assert_trees_close(fused(*args), jax.jit(direction)(*args))

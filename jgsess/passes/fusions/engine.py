@@ -28,6 +28,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from ...ir import ops
 from ...ir.graph import Graph, Node, Value
 from ...patterns import Match, match
 from ..manager import Context, Pass
@@ -157,6 +158,8 @@ class FusionRule:
     build: Callable[[Graph, Match, list], Node | None]
     # every output but the root must be read outside the match (an optimizer's new state)
     results_used: bool = False
+    # the match computed the fused node's first result negated: a `neg` of it replaces it
+    negated: bool = False
 
 
 def _used_outside(graph: Graph, value: Value, nodes: set[Node]) -> bool:
@@ -182,13 +185,14 @@ def pattern_fusion(name: str, rules: Callable[[], list[FusionRule]], doc: str = 
                 ):
                     continue
                 fused = rule.build(graph, m, outputs)
-                if fused is not None:
-                    yield Rewrite(
-                        fused.op.name,
-                        [(fused, root_node)],
-                        list(zip(outputs, fused.outputs)),
-                        nodes,
-                    )
+                if fused is None:
+                    continue
+                added, results = [(fused, root_node)], list(fused.outputs)
+                if rule.negated:
+                    neg = ops.make("neg", [results[0]], outputs[0].aval)
+                    added.append((neg, root_node))
+                    results[0] = neg.outputs[0]
+                yield Rewrite(fused.op.name, added, list(zip(outputs, results)), nodes)
 
     return Fusion(name, None, find, doc)
 

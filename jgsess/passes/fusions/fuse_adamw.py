@@ -11,7 +11,8 @@ optax's adamw (bias correction, eps_root, decoupled weight decay), after canonic
 
 Every combination of bias correction, eps_root and weight decay is a form: optax's adamw and
 adam, MindSpore's AdamWeightDecay and Adam (no bias correction, no eps_root) among them. Each
-also as optax's update alone (`neg (mul lr u)`, result 0 the update). Forms with more parts are
+also as optax's update alone (`neg (mul lr u)`, result 0 the update) and as the scaled step
+(`mul lr u`, read only by a multiplication by a scalar: optax.MultiSteps). Forms with more parts are
 tried first, as MindSpore runs AdamWeightDecayFusion before AdamFusion.
 """
 

@@ -8,7 +8,8 @@ optax.sgd(lr, momentum=0.9), after canonicalize:
 
 and with Nesterov's look-ahead (`p - lr*(g + mu*acc2)`), with weight decay chained in front
 (`g + wd*p`, MindSpore's `AddN(Mul(var, wd), g)`) and with a loss scale (`g*scale`); each also as
-optax's update alone (`neg (mul lr d)`). Forms with more parts are tried first.
+optax's update alone (`neg (mul lr d)`), and as the scaled step `mul lr d` that optax.MultiSteps
+multiplies by a scalar. Forms with more parts are tried first.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What the optimizer fusions share: the forms of an update, and turning a match into a node.
 
 Each form of an update (optax's adamw, MindSpore's AdamWeightDecay, ..., and each as optax's
-update alone, `-(lr*u)`, or applied, `p - lr*u`) is the kernel's reference with some `flags`,
-traced into a pattern. A match becomes one node of the kernel's spec with operands
+update alone, `-(lr*u)`, or applied, `p - lr*u`, or scaled, `lr*u`) is the kernel's reference
+with some `flags`, traced into a pattern. A match becomes one node of the kernel's spec with operands
 (hyper-parameters in the kernel's order, then the tensors) and the form's `flags`.
 Hyper-parameters a form does not use are passed as constants the kernel ignores; a tensor it
 does not read (p, in an update without weight decay) is passed as the gradient, whose second
@@ -28,20 +28,33 @@ from .by_example import from_function
 from .engine import FusionRule
 
 
-def form(update: Callable, tensors: tuple, scalars: tuple, used: tuple, flags: int):
+def form(
+    update: Callable, tensors: tuple, scalars: tuple, used: tuple, flags: int, negated=False
+):
     """One form: `update(<tensors>, <scalars>, flags=flags)` given the tensors and the `used`
-    hyper-parameters (the others are None). Returns (reference, flags, argument names)."""
+    hyper-parameters (the others are None), its first result `negated` if asked. Returns
+    (reference, flags, argument names, negated)."""
     names = tensors + used
 
     def reference(*args):
         given = dict(zip(names, args))
-        return update(**{n: given.get(n) for n in tensors + scalars}, flags=flags)
+        first, *state = update(**{n: given.get(n) for n in tensors + scalars}, flags=flags)
+        return (-first if negated else first, *state)
 
-    return reference, flags, names
+    return reference, flags, names, negated
 
 
 def _f32(value: Value) -> bool:
     return value.dtype == np.float32
+
+
+def _scaled_by_scalars(graph: Graph, value: Value) -> bool:
+    """Whether `value` is only read by multiplications by a rank-0 value. Elsewhere (`p - s`,
+    a sum of the step) the whole step or XLA's own code is the better program."""
+    return graph.output_uses(value) == 0 and all(
+        user.name == "mul" and any(v is not value and v.ndim == 0 for v in user.inputs)
+        for user in value.users
+    )
 
 
 def update_rules(
@@ -54,18 +67,22 @@ def update_rules(
     update_flag: int,
 ) -> list[FusionRule]:
     """FusionRules for every form of `update`: each of its three optional parts (flags 1, 2,
-    4) on or off, forms with more parts first; each as the whole step and as optax's update
-    alone (`update_flag`). `used(flags)` names the hyper-parameters a form reads; `unused`
+    4) on or off, forms with more parts first; each as the whole step, as optax's update alone
+    (`update_flag`: `-(lr*u)`), and as the scaled step `lr*u` that only a multiplication by a
+    scalar reads before its sign is taken (optax.MultiSteps: by whether this step applies):
+    the kernel's update, negated back, exactly. `used(flags)` names the hyper-parameters a form reads; `unused`
     gives the values passed to the kernel for the others."""
     by_parts = sorted(range(8), key=lambda flags: -bin(flags).count("1"))
     forms = [
-        form(update, tensors, scalars, used(flags), flags | mode)
-        for mode in (0, update_flag)
+        form(update, tensors, scalars, used(flags), flags | mode, negated)
+        for mode, negated in ((0, False), (update_flag, False), (update_flag, True))
         for flags in by_parts
     ]
 
-    def builder(flags: int):
+    def builder(flags: int, negated: bool):
         def build(graph: Graph, m: Match, outputs: list[Value]) -> Node | None:
+            if negated and not _scaled_by_scalars(graph, outputs[0]):
+                return None
             given = [m.get(k) for k in tensors]
             stand_in = next(a for a in given if a is not None)
             arrays = [stand_in if a is None else a for a in given]
@@ -85,6 +102,8 @@ def update_rules(
         return build
 
     return [
-        FusionRule(from_function(fn, scalars=scalars, names=names), builder(flags), True)
-        for fn, flags, names in forms
+        FusionRule(
+            from_function(fn, scalars=scalars, names=names), builder(flags, negated), True, negated
+        )
+        for fn, flags, names, negated in forms
     ]
