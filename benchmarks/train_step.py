@@ -135,8 +135,8 @@ def batchnorm_workload(model: nn.Module, opt, image: int, batch: int):
 def transformer_workload():
     model = Transformer()
     key = jax.random.PRNGKey(0)
-    tokens = jax.random.randint(key, (8, 64), 0, 1000)
-    params = model.init(key, tokens)
+    tokens = jax.random.randint(key, (8, 65), 0, 1000)  # 64 inputs, each predicting the next
+    params = model.init(key, tokens[:, :-1])
     opt = optax.chain(
         optax.clip_by_global_norm(1.0),
         optax.adamw(optax.warmup_cosine_decay_schedule(0.0, 1e-3, 10, 1000), weight_decay=0.01),

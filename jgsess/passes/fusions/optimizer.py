@@ -2,8 +2,8 @@
 
 Each form of an update (optax's adamw, MindSpore's AdamWeightDecay, ..., and each as optax's
 update alone, `-(lr*u)`, or applied, `p - lr*u`, or scaled, `lr*u`) is the kernel's reference
-with some `flags`, traced into a pattern. A match becomes one node of the kernel's spec with operands
-(hyper-parameters in the kernel's order, then the tensors) and the form's `flags`.
+with some `flags`, traced into a pattern. A match becomes one node of the kernel's spec with
+operands (hyper-parameters in the kernel's order, then the tensors) and the form's `flags`.
 Hyper-parameters a form does not use are passed as constants the kernel ignores; a tensor it
 does not read (p, in an update without weight decay) is passed as the gradient, whose second
 read the kernel's compiler drops with the unused value.
@@ -28,9 +28,7 @@ from .by_example import from_function
 from .engine import FusionRule
 
 
-def form(
-    update: Callable, tensors: tuple, scalars: tuple, used: tuple, flags: int, negated=False
-):
+def form(update: Callable, tensors: tuple, scalars: tuple, used: tuple, flags: int, negated=False):
     """One form: `update(<tensors>, <scalars>, flags=flags)` given the tensors and the `used`
     hyper-parameters (the others are None), its first result `negated` if asked. Returns
     (reference, flags, argument names, negated)."""
@@ -70,8 +68,8 @@ def update_rules(
     4) on or off, forms with more parts first; each as the whole step, as optax's update alone
     (`update_flag`: `-(lr*u)`), and as the scaled step `lr*u` that only a multiplication by a
     scalar reads before its sign is taken (optax.MultiSteps: by whether this step applies):
-    the kernel's update, negated back, exactly. `used(flags)` names the hyper-parameters a form reads; `unused`
-    gives the values passed to the kernel for the others."""
+    the kernel's update, negated back, exactly. `used(flags)` names the hyper-parameters a
+    form reads; `unused` gives the values passed to the kernel for the others."""
     by_parts = sorted(range(8), key=lambda flags: -bin(flags).count("1"))
     forms = [
         form(update, tensors, scalars, used(flags), flags | mode, negated)
