@@ -1,14 +1,6 @@
-"""Kernel specs: one per fused operation, each with a pure-JAX reference beside it."""
+"""Kernel specs: one module per fused operation (its pure-JAX reference and its `KernelSpec`),
+found by the fusions that create its nodes; nothing lists them here."""
 
-from . import adamw, batch_norm, cast_all, global_norm, momentum, relu_mask
 from .spec import KernelSpec
 
-__all__ = [
-    "KernelSpec",
-    "adamw",
-    "batch_norm",
-    "cast_all",
-    "global_norm",
-    "momentum",
-    "relu_mask",
-]
+__all__ = ["KernelSpec"]
