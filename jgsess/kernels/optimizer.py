@@ -75,6 +75,7 @@ def update_kernel(
             "flags": np.int64(static["flags"] | (exact_flag if _config.exact_numerics() else 0))
         },
         layout=(base, per_tensor, len(sources)),
+        alike=(1,),  # the gradient
         narrowable=narrowable,
         result_avals=result_avals,
         prefer_kernel=prefer_kernel,

@@ -38,6 +38,7 @@ from jax.experimental.custom_partitioning import (
     SdyShardingRule,
     custom_partitioning,
 )
+from jax.experimental.shard_alike import shard_alike
 from jax.interpreters import mlir
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -285,6 +286,25 @@ def _wrapper(spec) -> custom_partitioning:
     return wrapped
 
 
+def _tied(spec, xs: list, arena: bool) -> list:
+    """The operands with each tensor's `spec.alike` slots tied to its first operand for
+    sharding propagation, where the tensor is a matrix. Without the tie, Shardy settles a dot's
+    output before it reaches a custom call (elementwise operations go first), and GSPMD never
+    propagates back through one: a gradient split otherwise than its parameter was resharded
+    at the call (two all-to-alls in a 2-D mesh MLP step). A vector's gradient is a sum over the
+    batch: tied to a replicated parameter it was split and the update gathered again after the
+    call (three all-gathers), so vectors stay untied."""
+    if not spec.alike:
+        return xs
+    base, per_tensor, _ = spec.layout
+    for t in range(int(arena) + base, len(xs), per_tensor):
+        for slot in spec.alike:
+            lead, other = xs[t], xs[t + slot]
+            if lead.ndim >= 2 and other.shape == lead.shape:
+                xs[t], xs[t + slot] = shard_alike(lead, other)
+    return xs
+
+
 def lower(spec, ctx, operands, params: dict):
     """Lower a kernel call that XLA will partition: custom_partitioning around the kernel."""
     call = _Call(
@@ -293,6 +313,6 @@ def lower(spec, ctx, operands, params: dict):
     )
 
     def fun(*xs):
-        return _wrapper(spec)(call, *xs)
+        return _wrapper(spec)(call, *_tied(spec, list(xs), bool(params.get("workspace"))))
 
     return mlir.lower_fun(fun, multiple_results=True)(ctx, *operands)

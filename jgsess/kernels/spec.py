@@ -63,6 +63,10 @@ class KernelSpec:
       factors: `(static, operand avals) -> partition.Factors`, how the operands' and results'
         dimensions line up: the sharding rule under which XLA partitions the kernel (None for
         shapes it has no rule for: XLA then partitions the reference).
+      alike: per-tensor operand slots of a multi-tensor kernel that sharding propagation ties
+        to the tensor's first operand (`shard_alike`) where the tensor is a matrix: an
+        optimizer's gradient then comes out of its dot split as its parameter is, as XLA's own
+        elementwise update would make it (see partition.lower).
       per_shard: `(bind, local operands, mesh axes per operand, static) -> results`, for
         kernels whose factors include reductions or summed factors: combines the per-shard
         partial results (the mesh axes are those of each operand's reduced factors).
@@ -79,6 +83,7 @@ class KernelSpec:
     workspace: Callable | None = None
     prefer_kernel: Callable | None = None
     factors: Callable | None = None
+    alike: tuple[int, ...] = ()
     per_shard: Callable | None = None
     doc: str = ""
 
