@@ -122,19 +122,26 @@ def test_per_leaf_copies_of_one_random_draw_stay_one_operand_but_two_draws_do_no
     assert_trees_close(fused(params, accs, grads, key), jax.jit(step)(params, accs, grads, key))
 
 
-def test_x64_bias_corrections_converted_per_leaf_still_combine():
+@pytest.fixture
+def x64():
+    # jax.config, not jax.enable_x64: that context manager is newer than jax 0.7
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", False)
+
+
+def test_x64_bias_corrections_converted_per_leaf_still_combine(x64):
     opt = optax.adamw(1e-3, weight_decay=1e-4)
-    with jax.enable_x64(True):
-        f32 = lambda t: jax.tree.map(lambda x: x.astype(jnp.float32), t)  # noqa: E731
-        params, grads = f32(tree(0)), f32(tree(1, 0.1))
-        state = opt.init(params)
-        step = update_step(opt)
-        fused = jgsess.jit(step)
-        report = fused.report(params, state, grads)
-        assert report.session.record.combined == [("adamw", 5)]
-        assert len(report.kernels) == 1
-        assert "f64" in report.session.graph  # the bias corrections are computed in f64
-        assert_trees_close(fused(params, state, grads), jax.jit(step)(params, state, grads))
+    f32 = lambda t: jax.tree.map(lambda x: x.astype(jnp.float32), t)  # noqa: E731
+    params, grads = f32(tree(0)), f32(tree(1, 0.1))
+    state = opt.init(params)
+    step = update_step(opt)
+    fused = jgsess.jit(step)
+    report = fused.report(params, state, grads)
+    assert report.session.record.combined == [("adamw", 5)]
+    assert len(report.kernels) == 1
+    assert "f64" in report.session.graph  # the bias corrections are computed in f64
+    assert_trees_close(fused(params, state, grads), jax.jit(step)(params, state, grads))
 
 
 def frozen_mask(params):
