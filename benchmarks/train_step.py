@@ -38,6 +38,7 @@ import optax
 import jgsess
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from param_sets import EFFICIENTNET_B0_STAGES  # noqa: E402
 from resnet import MODELS as RESNETS  # noqa: E402
 
 
@@ -70,14 +71,7 @@ class EfficientNetLike(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool = True):
         x = nn.swish(nn.BatchNorm(use_running_average=not train)(nn.Conv(32, (3, 3))(x)))
-        for cout, expand, kernel, repeats in (
-            (16, 1, 3, 1),
-            (24, 6, 3, 2),
-            (40, 6, 5, 2),
-            (80, 6, 3, 3),
-            (112, 6, 5, 3),
-            (192, 6, 5, 4),
-        ):
+        for expand, kernel, cout, repeats in EFFICIENTNET_B0_STAGES[:-1]:
             for _ in range(repeats):
                 x = EfficientBlock(cout, expand, kernel)(x, train)
         x = nn.swish(nn.BatchNorm(use_running_average=not train)(nn.Conv(640, (1, 1))(x)))
