@@ -160,6 +160,8 @@ class FusionRule:
     results_used: bool = False
     # the match computed the fused node's first result negated: a `neg` of it replaces it
     negated: bool = False
+    # checked on the root value before matching (how it is read, say); None: any root
+    root_guard: Callable[[Graph, Value], bool] | None = None
 
 
 def _used_outside(graph: Graph, value: Value, nodes: set[Node]) -> bool:
@@ -176,6 +178,8 @@ def pattern_fusion(name: str, rules: Callable[[], list[FusionRule]], doc: str = 
             if root_node.name not in pattern.root.ops:
                 continue
             root = root_node.outputs[pattern.root.index]
+            if rule.root_guard is not None and not rule.root_guard(graph, root):
+                continue
             for m in match(pattern.root, root):
                 nodes = m.nodes(pattern.nodes())
                 outputs = [m.value_of(p) for p in pattern.outputs]

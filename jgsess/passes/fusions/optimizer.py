@@ -77,10 +77,8 @@ def update_rules(
         for flags in by_parts
     ]
 
-    def builder(flags: int, negated: bool):
+    def builder(flags: int):
         def build(graph: Graph, m: Match, outputs: list[Value]) -> Node | None:
-            if negated and not _scaled_by_scalars(graph, outputs[0]):
-                return None
             given = [m.get(k) for k in tensors]
             stand_in = next(a for a in given if a is not None)
             arrays = [stand_in if a is None else a for a in given]
@@ -101,7 +99,11 @@ def update_rules(
 
     return [
         FusionRule(
-            from_function(fn, scalars=scalars, names=names), builder(flags, negated), True, negated
+            from_function(fn, scalars=scalars, names=names),
+            builder(flags),
+            results_used=True,
+            negated=negated,
+            root_guard=_scaled_by_scalars if negated else None,
         )
         for fn, flags, names, negated in forms
     ]
