@@ -209,8 +209,9 @@ def _factors(x_index: int):
         axis = static["axis"]
         feature = x[axis]
         layout = static.get("stats_shape") or stats_layout(avals[3].shape, shape[axis])
-        stats = tuple(feature if n == -1 else f"stat{i}" for i, n in enumerate(layout))
-        replicated = (*replicated, *(d for d in stats if isinstance(d, str) and d[:4] == "stat"))
+        units = {i: f"stat{i}" for i, n in enumerate(layout) if n != -1}  # size-1 dimensions
+        stats = tuple(units.get(i, feature) for i in range(len(layout)))
+        replicated = (*replicated, *units.values())
         summed = tuple(d if isinstance(d, str) else d[0] for i, d in enumerate(x) if i != axis)
         channel = (feature,)
         if x_index == 0:  # (x, scale, bias[, z]) -> (y, mean, var, mask)

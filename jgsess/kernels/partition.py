@@ -144,17 +144,22 @@ class _Call:
         return dict(self.params)
 
 
+def _operand_factors(spec, params: dict, avals) -> Factors | None:
+    """`spec.factors` on the operands but the workspace arena (the first, if it has one)."""
+    if spec.factors is None:
+        return None
+    return spec.factors(spec.static(params), avals[1:] if params.get("workspace") else avals)
+
+
 def has_rule(spec, avals, params: dict) -> bool:
     """Whether `spec` has a sharding rule for operands `avals` (the arena first, if it has a
     workspace): `spec.factors` may decline shapes whose results cannot follow a split."""
-    shapes = avals[1:] if params.get("workspace") else avals
-    return spec.factors is not None and spec.factors(spec.static(params), shapes) is not None
+    return _operand_factors(spec, params, avals) is not None
 
 
 def _factors(spec, call: _Call) -> Factors:
     kwargs = call.kwargs
-    shapes = call.avals[1:] if kwargs.get("workspace") else call.avals
-    factors = spec.factors(spec.static(kwargs), [jax.ShapeDtypeStruct(s, d) for s, d in shapes])
+    factors = _operand_factors(spec, kwargs, [jax.ShapeDtypeStruct(s, d) for s, d in call.avals])
     return factors.with_arena() if kwargs.get("workspace") else factors
 
 
