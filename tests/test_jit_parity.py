@@ -237,13 +237,17 @@ def test_jitting_a_function_twice_traces_it_once():
     assert counts == [1, 1]
 
 
+@pytest.mark.xfail(
+    tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 8),
+    reason="jax 0.7's make_jaxpr inside a trace reports its own trace: a warm jgsess.jit counts 2",
+    strict=True,
+)
 def test_trace_hooks_see_one_trace_as_with_jax_jit():
-    if not hasattr(jax.monitoring, "unregister_event_duration_listener"):
-        pytest.skip("this jax cannot remove a monitoring listener again")
-    seen = []
+    # jax 0.7 cannot remove a listener: this one records only while the test runs
+    seen, listening = [], [True]
 
     def listener(event, duration, **kwargs):
-        if event == "/jax/core/compile/jaxpr_trace_duration":
+        if listening[0] and event == "/jax/core/compile/jaxpr_trace_duration":
             seen.append(event)
 
     jax.monitoring.register_event_duration_secs_listener(listener)
@@ -254,7 +258,9 @@ def test_trace_hooks_see_one_trace_as_with_jax_jit():
             make(lambda x: jnp.cos(x) + 1)(jnp.ones(7))
             counts.append(len(seen))
     finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
+        listening[0] = False
+        if hasattr(jax.monitoring, "unregister_event_duration_listener"):
+            jax.monitoring.unregister_event_duration_listener(listener)
     assert counts[2] == counts[3] == 1
 
 
