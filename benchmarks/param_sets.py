@@ -36,22 +36,22 @@ def bert_base() -> list[tuple[int, ...]]:
     return shapes + [(h, h), (h,)]
 
 
-# EfficientNet-B0's stages: (expand ratio, kernel, output channels, repeats)
+# EfficientNet-B0's stages: (expand ratio, kernel, output channels, repeats, first stride)
 EFFICIENTNET_B0_STAGES = (
-    (1, 3, 16, 1),
-    (6, 3, 24, 2),
-    (6, 5, 40, 2),
-    (6, 3, 80, 3),
-    (6, 5, 112, 3),
-    (6, 5, 192, 4),
-    (6, 3, 320, 1),
+    (1, 3, 16, 1, 1),
+    (6, 3, 24, 2, 2),
+    (6, 5, 40, 2, 2),
+    (6, 3, 80, 3, 2),
+    (6, 5, 112, 3, 1),
+    (6, 5, 192, 4, 2),
+    (6, 3, 320, 1, 1),
 )
 
 
 def efficientnet_b0() -> list[tuple[int, ...]]:
     shapes = [(3, 3, 3, 32), *_bn(32)]
     cin = 32
-    for expand, k, cout, repeats in EFFICIENTNET_B0_STAGES:
+    for expand, k, cout, repeats, _ in EFFICIENTNET_B0_STAGES:
         for _ in range(repeats):
             mid = cin * expand
             if expand != 1:

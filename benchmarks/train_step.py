@@ -7,9 +7,9 @@ Workloads (small inputs, so the step fits a 2-core CPU; the optimizer is a real 
   resnet50          flax ResNet-50 (bottlenecks), 32x32 images, SGD with momentum 0.9
   transformer       a 4-layer pre-norm transformer encoder (width 256), AdamW with a
                     warmup-cosine schedule and gradient clipping
-  efficientnet      an EfficientNet-like net (depthwise convolutions, squeeze-excite,
+  efficientnet      an EfficientNet-like net (strided depthwise convolutions, squeeze-excite,
                     BatchNorm), SGD with Nesterov momentum and a cosine schedule
-  lora              a frozen 12-layer MLP with 200 LoRA adapter leaves (rank 4), AdamW on the
+  lora              a frozen 100-layer MLP with 200 LoRA adapter leaves (rank 4), AdamW on the
                     adapters only
 
 Both variants run the same unmodified step function with params and optimizer state donated,
@@ -50,6 +50,7 @@ class EfficientBlock(nn.Module):
     cout: int
     expand: int
     kernel: int
+    stride: int = 1
 
     @nn.compact
     def __call__(self, x, train: bool):
@@ -57,7 +58,9 @@ class EfficientBlock(nn.Module):
         cin = x.shape[-1]
         mid = cin * self.expand
         y = nn.swish(norm()(nn.Conv(mid, (1, 1), use_bias=False)(x))) if self.expand > 1 else x
-        y = nn.Conv(mid, (self.kernel,) * 2, feature_group_count=mid, use_bias=False)(y)
+        y = nn.Conv(mid, (self.kernel,) * 2, self.stride, feature_group_count=mid, use_bias=False)(
+            y
+        )
         y = nn.swish(norm()(y))
         s = y.mean(axis=(1, 2), keepdims=True)
         s = nn.sigmoid(nn.Conv(mid, (1, 1))(nn.swish(nn.Conv(max(1, cin // 4), (1, 1))(s))))
@@ -70,10 +73,10 @@ class EfficientNetLike(nn.Module):
 
     @nn.compact
     def __call__(self, x, train: bool = True):
-        x = nn.swish(nn.BatchNorm(use_running_average=not train)(nn.Conv(32, (3, 3))(x)))
-        for expand, kernel, cout, repeats in EFFICIENTNET_B0_STAGES[:-1]:
-            for _ in range(repeats):
-                x = EfficientBlock(cout, expand, kernel)(x, train)
+        x = nn.swish(nn.BatchNorm(use_running_average=not train)(nn.Conv(32, (3, 3), 2)(x)))
+        for expand, kernel, cout, repeats, stride in EFFICIENTNET_B0_STAGES[:-1]:
+            for i in range(repeats):
+                x = EfficientBlock(cout, expand, kernel, stride if i == 0 else 1)(x, train)
         x = nn.swish(nn.BatchNorm(use_running_average=not train)(nn.Conv(640, (1, 1))(x)))
         return nn.Dense(self.classes)(x.mean(axis=(1, 2)))
 
