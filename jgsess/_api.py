@@ -132,7 +132,7 @@ class _Body:
             closed, lifted = _lift_traced_consts(closed)
             traced = time.perf_counter() - start
             program, session = self._compile(
-                closed, [False] * len(lifted) + [donated[i] for i in dynamic]
+                closed, [False] * len(lifted) + [donated[i] for i in dynamic], traced
             )
             session.seconds = {"trace": traced, **session.seconds}
             _record(session.seconds)
@@ -152,11 +152,13 @@ class _Body:
         )
         return [bool(m) for m in jax.tree.leaves(marks)]
 
-    def _compile(self, closed, donated: list[bool]):
+    def _compile(self, closed, donated: list[bool], traced: float):
         """The optimized program and its Session; on a pipeline failure, `closed` itself."""
         try:
             with jax.explain_cache_misses(False):
-                return compile_jaxpr(closed, name=self.__name__, donated=donated, plan=self._plan)
+                return compile_jaxpr(
+                    closed, name=self.__name__, donated=donated, plan=self._plan, traced=traced
+                )
         except Exception as err:  # noqa: BLE001 - any pipeline failure falls back
             if _config.strict():
                 raise

@@ -7,14 +7,17 @@ device, with the node's shapes, dtypes and static params, and keeps the faster:
     jgsess.batch_norm_relu x g b    kernel 0.41 ms, xla 0.77 ms   ->   impl=kernel
 
 Each side is compiled alone and run on random operands, interleaved, 5 to 51 times (about
-50 ms each; the median counts). A compilation spends at most `JGSESS_AUTOTUNE_BUDGET` seconds
-measuring (default 10); past it, the cost model decides. Decisions are cached in memory and
-in a JSON file keyed by the kernel, operand shapes and dtypes, static params, platform, device
+50 ms each; the median counts). A compilation measures for at most a quarter of the time its
+function took to trace (or `JGSESS_AUTOTUNE_BUDGET` seconds): about a tenth of jax.jit's time to
+first result, since XLA's compile takes longer than the trace. Past it, the cost model decides,
+and the nodes left unmeasured are measured by later compilations. Decisions are cached in memory
+and in a JSON file keyed by the kernel, operand shapes and dtypes, static params, platform, device
 kind and the jgsess and jax versions, so the next process does not measure again.
 
 JGSESS_AUTOTUNE=0|1          measure (default 1); 0: the cost model decides
 JGSESS_AUTOTUNE_CACHE=path   the cache file (default ~/.cache/jgsess/autotune.json)
-JGSESS_AUTOTUNE_BUDGET=s     seconds of measuring per compiled function
+JGSESS_AUTOTUNE_BUDGET=s     seconds of measuring per compiled function (default: a quarter of
+                             its trace time)
 
 `clear_cache()` (or `python -m jgsess.autotune --clear`) forgets every decision.
 """
@@ -33,6 +36,7 @@ import jax
 import numpy as np
 
 _MIN_REPS, _MAX_REPS = 5, 51
+_TRACE_SHARE = 0.25  # of a function's trace time, spent measuring at most
 _cache: dict[str, dict] | None = None
 
 
@@ -65,8 +69,10 @@ def cache_path() -> str:
     return os.environ.get("JGSESS_AUTOTUNE_CACHE") or default
 
 
-def budget() -> float:
-    return float(os.environ.get("JGSESS_AUTOTUNE_BUDGET", "10"))
+def budget(traced: float) -> float:
+    """Seconds of measuring for a compilation whose function took `traced` seconds to trace."""
+    setting = os.environ.get("JGSESS_AUTOTUNE_BUDGET")
+    return float(setting) if setting else _TRACE_SHARE * traced
 
 
 def clear_cache() -> None:
@@ -187,16 +193,19 @@ def measure(kernel, xla, operands, platform: str) -> tuple[float, float]:
     return statistics.median(times[0]), statistics.median(times[1])
 
 
-def decide(kernel: str, key: str, sides, platform: str, log: list) -> Measurement | None:
+def decide(
+    kernel: str, key: str, sides, platform: str, log: list, budget: float
+) -> Measurement | None:
     """The cached decision under `key`, else one measured now with `sides()` (-> kernel
-    function, XLA function, operands); None where measuring is off or this compilation's budget
-    is spent. `log` collects the compilation's decisions (the report prints them)."""
+    function, XLA function, operands); None where measuring is off or this compilation's
+    `budget` (seconds) is spent. `log` collects the compilation's decisions (the report prints
+    them)."""
     if not enabled():
         return None
     entry = _load().get(key)
     if entry is not None:
         found = Measurement(kernel, key, entry["kernel_s"], entry["xla_s"], cached=True)
-    elif sum(m.seconds for m in log) >= budget():
+    elif sum(m.seconds for m in log) >= budget:
         return None
     else:
         start = time.perf_counter()
@@ -207,12 +216,12 @@ def decide(kernel: str, key: str, sides, platform: str, log: list) -> Measuremen
     return found
 
 
-def choose(node, platform: str, log: list) -> Measurement | None:
+def choose(node, platform: str, log: list, budget: float) -> Measurement | None:
     """The measured (or cached) decision for a fused node whose spec has a cost model."""
     if node.op.prefer_kernel is None:
         return None
     sides = functools.partial(_node_sides, node, platform)
-    return decide(node.op.name, key_of(node, platform), sides, platform, log)
+    return decide(node.op.name, key_of(node, platform), sides, platform, log, budget)
 
 
 def _main(argv: list[str]) -> int:

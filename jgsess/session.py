@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import jax
 
-from . import _config
+from . import _config, autotune
 from .emit import to_closed_jaxpr
 from .ir import from_jaxpr, graph_text
 from .passes.manager import CompileRecord, Context, PassRecord, run_pipeline
@@ -36,10 +36,19 @@ class Session:
     seconds: dict = field(default_factory=dict)
 
 
-def compile_jaxpr(closed, *, name: str, donated, platform: str | None = None, plan: bool = False):
+def compile_jaxpr(
+    closed,
+    *,
+    name: str,
+    donated,
+    platform: str | None = None,
+    plan: bool = False,
+    traced: float = 0.0,
+):
     """Optimize `closed`; returns (optimized ClosedJaxpr, Session). Raises on pipeline failure.
 
-    `plan` asks for the whole-program memory plan (for the report; `JGSESS_DUMP` asks too).
+    `plan` asks for the whole-program memory plan (for the report; `JGSESS_DUMP` asks too);
+    `traced` is how long the function took to trace (kernel measurements get a share of it).
     """
     start = time.perf_counter()
     platform = platform or jax.default_backend()
@@ -51,6 +60,7 @@ def compile_jaxpr(closed, *, name: str, donated, platform: str | None = None, pl
         verify=_config.verify(),
         dump_dir=os.path.join(dump, f"{name}-{next(_dump_counter)}") if dump else None,
         plan=plan or bool(dump),
+        autotune_budget=autotune.budget(traced),
     )
     records = run_pipeline(graph, default_pipeline(), ctx)
     emitting = time.perf_counter()

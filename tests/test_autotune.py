@@ -91,6 +91,13 @@ def test_clear_cache_and_the_switches(tuning, monkeypatch):
     assert batch_norm_fusions(report)
 
 
+def test_the_budget_is_a_share_of_the_trace_unless_set(monkeypatch):
+    monkeypatch.delenv("JGSESS_AUTOTUNE_BUDGET", raising=False)
+    assert autotune.budget(2.0) == pytest.approx(0.5)
+    monkeypatch.setenv("JGSESS_AUTOTUNE_BUDGET", "3")
+    assert autotune.budget(2.0) == 3.0
+
+
 def test_the_key_names_what_the_decision_depends_on():
     aval = jax.ShapeDtypeStruct((2, 3), jnp.bfloat16)
     key = autotune.key("momentum", "cpu", [aval], {"flags": 3})

@@ -72,6 +72,8 @@ class Context:
     dump_dir: str | None = None
     # compute the whole-program memory plan (only the report and dumps read it)
     plan: bool = False
+    # seconds the passes may spend measuring kernels against XLA (jgsess.autotune)
+    autotune_budget: float = 0.0
     record: CompileRecord = field(default_factory=CompileRecord)
 
 

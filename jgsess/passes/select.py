@@ -38,12 +38,12 @@ def available(spec, platform: str) -> tuple[bool, str]:
     return True, ""
 
 
-def choose(node: Node, platform: str, log: list | None = None) -> tuple[str, str]:
-    spec = node.op
+def choose(node: Node, ctx: Context) -> tuple[str, str]:
+    spec, platform = node.op, ctx.platform
     ok, reason = available(spec, platform)
     if not ok:
         return "xla", reason
-    measured = autotune.choose(node, platform, [] if log is None else log)
+    measured = autotune.choose(node, platform, ctx.record.autotune, ctx.autotune_budget)
     if measured is not None:
         return measured.impl, measured.reason()
     if spec.prefer_kernel is not None:
@@ -57,7 +57,7 @@ def run(graph: Graph, ctx: Context) -> int:
     for node in graph.live():
         if not node.is_fused:
             continue
-        impl, reason = choose(node, ctx.platform, ctx.record.autotune)
+        impl, reason = choose(node, ctx)
         node.params["impl"] = impl
         graph.changed = True
         count += impl == "kernel"

@@ -281,7 +281,9 @@ def _decide(specs, params, avals, train: bool, ctx) -> tuple[bool, str]:
     name = "+".join(spec.name for spec in specs)
     key = autotune.key(name, ctx.platform, avals, {**params[0], "train": train})
     sides = functools.partial(_sides, specs, params, avals, train)
-    found = autotune.decide(name, key, sides, ctx.platform, ctx.record.autotune)
+    found = autotune.decide(
+        name, key, sides, ctx.platform, ctx.record.autotune, ctx.autotune_budget
+    )
     if found is None:  # the cost model: the backward saves most, the forward about breaks even
         return True, "not measured (JGSESS_AUTOTUNE=0, or the budget was spent)"
     return found.impl == "kernel", found.reason()
