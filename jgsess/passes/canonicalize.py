@@ -25,8 +25,6 @@ from ..ir.graph import Graph, Node, Value
 from ..patterns import Lit, Match, Pat, Var, rewrite
 from .manager import Context, Pass
 
-_BINARY = ("add", "sub", "mul", "div", "max", "min")
-
 
 def _floating(value: Value) -> bool:
     # real floating point only: complex products mix the parts, so sign rules are not exact
@@ -168,7 +166,13 @@ RULES = [
     (Pat("convert_element_type", [Pat("neg", [x])]), _sink_weak_convert),
 ]
 if _compat.SCALAR_OPERANDS:
-    RULES.append((Pat(_BINARY, [x, y]), _drop_scalar_broadcasts))
+    # a broadcast operand in either place (add, mul, max and min match either order)
+    SCALAR = Pat("broadcast_in_dim", [y])
+    RULES += [
+        (Pat(("add", "mul", "max", "min"), [SCALAR, x]), _drop_scalar_broadcasts),
+        (Pat(("sub", "div"), [SCALAR, x]), _drop_scalar_broadcasts),
+        (Pat(("sub", "div"), [x, SCALAR]), _drop_scalar_broadcasts),
+    ]
 
 
 def run(graph: Graph, ctx: Context) -> int:

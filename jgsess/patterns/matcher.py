@@ -68,6 +68,15 @@ def same_value(a: Value, b: Value) -> bool:
 
 def match(pattern: Pattern, value: Value, state: Match | None = None) -> Iterator[Match]:
     """Every way `pattern` matches at `value`, extending `state`."""
+    node = None
+    if isinstance(pattern, Pat):
+        # the node's own checks first, before any state: most attempts end here (a value a
+        # Pat matched before is a node's output too, so the order changes no outcome)
+        node = value.producer
+        if node is None or node.name not in pattern.ops or node.is_fused:
+            return
+        if node.outputs[pattern.index] is not value or len(node.inputs) != len(pattern.srcs):
+            return
     state = state or Match(root=value)
     seen = state.values.get(id(pattern))
     if seen is not None:
@@ -77,15 +86,9 @@ def match(pattern: Pattern, value: Value, state: Match | None = None) -> Iterato
     if pattern.name is not None and pattern.name in state.captures:
         if not same_value(state.captures[pattern.name], value):
             return
-    if isinstance(pattern, (Var, Lit)):
+    if node is None:  # a Var or a Lit
         if pattern.accepts(value):
             yield state._with(pattern, value)
-        return
-    assert isinstance(pattern, Pat)
-    node = value.producer
-    if node is None or node.is_fused or node.name not in pattern.ops:
-        return
-    if node.outputs[pattern.index] is not value or len(node.inputs) != len(pattern.srcs):
         return
     if not pattern.params_match(node.params):
         return
@@ -122,6 +125,24 @@ def pattern_nodes(*roots: Pattern) -> dict[int, Pattern]:
 Rule = tuple[Pattern, Callable[[Graph, Match], "Value | None"]]
 
 
+def _may_match(pattern: Pat, node: Node) -> bool:
+    """A cheap necessary condition for `pattern` to match at `node`, one level deep: each
+    operand pattern finds some operand of `node` it accepts (an op's output, a literal of its
+    value, a value its predicate takes), and `op(x, x)` has one value twice."""
+    inputs = node.inputs
+    for src in pattern.srcs:
+        if isinstance(src, Pat):
+            if not any(v.producer is not None and v.producer.name in src.ops for v in inputs):
+                return False
+        elif isinstance(src, Lit) or getattr(src, "pred", None) is not None:
+            if not any(src.accepts(v) for v in inputs):
+                return False
+    srcs = pattern.srcs
+    if len(srcs) == 2 == len(inputs) and srcs[0] is srcs[1] and isinstance(srcs[0], Var):
+        return same_value(inputs[0], inputs[1])
+    return True
+
+
 def rewrite(graph: Graph, rules: list[Rule]) -> int:
     """Apply `rules` to the rewritable nodes of `graph` until none fires; returns the count.
 
@@ -143,6 +164,8 @@ def rewrite(graph: Graph, rules: list[Rule]) -> int:
             root = node.outputs[pattern.index]
             if not graph.num_uses(root):
                 break
+            if not _may_match(pattern, node):
+                continue
             new = next((v for m in match(pattern, root) if (v := fn(graph, m)) is not None), None)
             if new is None:
                 continue

@@ -65,14 +65,17 @@ def test_sign_rules_are_for_floats_only():
     assert count(graph, "neg") == 0 and count(graph, "sub") == 0
 
 
-def test_scalar_broadcasts_are_dropped():
+@pytest.mark.parametrize("op", [lax.mul, lax.add, lax.sub, lax.div, lax.max])
+@pytest.mark.parametrize("first", [True, False])
+def test_scalar_broadcasts_are_dropped(op, first):
     def f(x, s):
-        return x * lax.broadcast_in_dim(s, x.shape, ())
+        b = lax.broadcast_in_dim(s, x.shape, ())
+        return op(b, x) if first else op(x, b)
 
     graph = canonical(f, rand((3, 4)), jnp.float32(3))
     assert count(graph, "broadcast_in_dim") == 0
-    (mul,) = [n for n in graph.live() if n.name == "mul"]
-    assert mul.inputs[1] is graph.inputs[1]
+    (node,) = [n for n in graph.live() if n.name == op.__name__]
+    assert node.inputs[0 if first else 1] is graph.inputs[1]
 
 
 def test_a_weak_type_change_is_not_a_no_op_convert():
