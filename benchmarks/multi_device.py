@@ -5,9 +5,11 @@
 Each parameter set (benchmarks/param_sets.py) is updated in three layouts: on one device (the
 single-device ratio, for comparison), data-parallel (parameters and state replicated over the 4
 devices) and FSDP (each array split on its first dimension 4 divides, replicated otherwise).
-Parameters and state are donated; the two compiled steps run alternately and the medians are
-compared. The device count is forced before jax starts (4 host devices sharing this machine's
-cores, so a step's time is that of the whole mesh).
+Parameters and state are donated. Each multi-device layout is timed together with the one-device
+layout: every round runs the four compiled steps in turn, so the two speed-ups see the same
+machine; the share is the median over rounds of (multi-device speed-up / one-device speed-up).
+The device count is forced before jax starts (4 host devices sharing this machine's cores, so a
+step's time is that of the whole mesh).
 """
 
 from __future__ import annotations
@@ -69,28 +71,33 @@ def step_of(opt):
     return step
 
 
-def time_pair(shapes, place, optimizer: str, runs: int) -> tuple[float, float]:
-    """Median ms per step of jax.jit and jgsess.jit, run alternately."""
+def time_layouts(shapes, places: dict, optimizer: str, runs: int) -> dict[str, list]:
+    """Per layout, the ms per step of jax.jit and of jgsess.jit in each round; every round runs
+    each layout's two steps, layouts and variants in turn."""
     opt = OPTIMIZERS[optimizer]()
     key = jax.random.PRNGKey(0)
-    grads = [jax.device_put(0.01 * jnp.ones(s), place(s)) for s in shapes]
     step = step_of(opt)
-    fns = [jax.jit(step, donate_argnums=(0, 1)), jgsess.jit(step, donate_argnums=(0, 1))]
-    states = []
-    for _ in fns:  # one copy of the parameters and state per variant, nothing more
-        p = [
-            jax.device_put(0.1 * jax.random.normal(jax.random.fold_in(key, i), s), place(s))
-            for i, s in enumerate(shapes)
-        ]
-        states.append((p, opt.init(p)))
-    times: list[list[float]] = [[], []]
+    runners = []
+    for layout, place in places.items():
+        grads = [jax.device_put(0.01 * jnp.ones(s), place(s)) for s in shapes]
+        for variant, jit in enumerate((jax.jit, jgsess.jit)):
+            p = [  # one copy of the parameters and state per variant, nothing more
+                jax.device_put(0.1 * jax.random.normal(jax.random.fold_in(key, i), s), place(s))
+                for i, s in enumerate(shapes)
+            ]
+            fn = jit(step, donate_argnums=(0, 1))
+            runners.append(
+                {"key": (layout, variant), "fn": fn, "state": (p, opt.init(p)), "grads": grads}
+            )
+    times: dict[str, list] = {layout: [[], []] for layout in places}
     for r in range(runs + 2):
-        for k, fn in enumerate(fns):
+        for runner in runners[r % 2 :] + runners[: r % 2]:
             start = time.perf_counter()
-            states[k] = jax.block_until_ready(fn(*states[k], grads))
+            runner["state"] = jax.block_until_ready(runner["fn"](*runner["state"], runner["grads"]))
             if r >= 2:  # compile and one warm-up
-                times[k].append(1e3 * (time.perf_counter() - start))
-    return statistics.median(times[0]), statistics.median(times[1])
+                layout, variant = runner["key"]
+                times[layout][variant].append(1e3 * (time.perf_counter() - start))
+    return times
 
 
 def bucketing(shapes, mesh: Mesh, runs: int) -> tuple[float, float, object]:
@@ -122,25 +129,31 @@ def main() -> None:
     parser.add_argument("--sets", default=",".join(SETS))
     args = parser.parse_args()
     mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
-    rows = []
+    print(
+        "| set | optimizer | layout | jax.jit ms | jgsess.jit ms | speedup | "
+        "of 1-device speedup (same rounds) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    places = layouts(mesh)
+    single = places.pop("one device")
     for name in args.sets.split(","):
         shapes = SETS[name]()
         for optimizer in OPTIMIZERS:
-            for layout, place in layouts(mesh).items():
-                log(f"{name} {optimizer} {layout} ...")
-                plain, fused = time_pair(shapes, place, optimizer, args.runs)
-                rows.append((name, optimizer, layout, plain, fused))
-    print(
-        "| set | optimizer | layout | jax.jit ms | jgsess.jit ms | speedup | of 1-device speedup |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    single = {(r[0], r[1]): r[3] / r[4] for r in rows if r[2] == "one device"}
-    for name, optimizer, layout, plain, fused in rows:
-        share = (plain / fused) / single[(name, optimizer)]
-        print(
-            f"| {name} | {optimizer} | {layout} | {plain:.2f} | {fused:.2f} | "
-            f"{plain / fused:.2f}x | {share:.2f} |"
-        )
+            for layout, place in places.items():
+                log(f"{name} {optimizer} {layout} (with one device) ...")
+                times = time_layouts(
+                    shapes, {"one device": single, layout: place}, optimizer, args.runs
+                )
+                speedups = {k: [a / b for a, b in zip(*t)] for k, t in times.items()}
+                shares = [m / s for m, s in zip(speedups[layout], speedups["one device"])]
+                for k, share in (("one device", None), (layout, statistics.median(shares))):
+                    plain, fused = (statistics.median(t) for t in times[k])
+                    shown = "" if share is None else f"{share:.2f}"
+                    print(
+                        f"| {name} | {optimizer} | {k} | {plain:.2f} | {fused:.2f} | "
+                        f"{statistics.median(speedups[k]):.2f}x | {shown} |",
+                        flush=True,
+                    )
     print()
     print(
         "| gradients pmean'd per leaf in shard_map | jax.jit ms | bucketed ms | pass measured "
