@@ -77,6 +77,8 @@ def match(pattern: Pattern, value: Value, state: Match | None = None) -> Iterato
             return
         if node.outputs[pattern.index] is not value or len(node.inputs) != len(pattern.srcs):
             return
+        if state is None and not _may_match(pattern, node):
+            return
     state = state or Match(root=value)
     seen = state.values.get(id(pattern))
     if seen is not None:
@@ -164,8 +166,6 @@ def rewrite(graph: Graph, rules: list[Rule]) -> int:
             root = node.outputs[pattern.index]
             if not graph.num_uses(root):
                 break
-            if not _may_match(pattern, node):
-                continue
             new = next((v for m in match(pattern, root) if (v := fn(graph, m)) is not None), None)
             if new is None:
                 continue

@@ -170,13 +170,18 @@ def _used_outside(graph: Graph, value: Value, nodes: set[Node]) -> bool:
 
 def pattern_fusion(name: str, rules: Callable[[], list[FusionRule]], doc: str = "") -> Fusion:
     """A fusion trying `rules()` (traced once, on first use) at every root, in order."""
-    cached = functools.cache(rules)
+
+    @functools.cache
+    def by_op() -> dict[str, list[FusionRule]]:
+        table: dict[str, list[FusionRule]] = {}
+        for rule in rules():
+            for op in rule.pattern.root.ops:
+                table.setdefault(op, []).append(rule)
+        return table
 
     def find(graph: Graph, root_node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
-        for rule in cached():
+        for rule in by_op().get(root_node.name, ()):
             pattern = rule.pattern
-            if root_node.name not in pattern.root.ops:
-                continue
             root = root_node.outputs[pattern.root.index]
             if rule.root_guard is not None and not rule.root_guard(graph, root):
                 continue
