@@ -275,6 +275,28 @@ class Graph:
 
         return {node: place(node) for node in self.nodes}
 
+    def _in_order(self) -> bool:
+        """Whether `nodes` is already a valid execution order: every node after the producers
+        of its operands, and every intact region in one piece (effectful nodes keep their
+        relative order in any order `settle` sorts by position)."""
+        members = set(self.nodes)
+        seen: set[Node] = set()
+        done: set = set()
+        current = None
+        for node in self.nodes:
+            for value in node.inputs:
+                producer = value.producer
+                if producer is not None and producer in members and producer not in seen:
+                    return False
+            unit = self.unit_of(node)
+            if unit is not current:
+                if unit in done:
+                    return False
+                done.add(current)
+                current = unit
+            seen.add(node)
+        return True
+
     def settle(self) -> None:
         """Drop removed nodes and restore a valid execution order, as close to the old as can be.
 
@@ -289,6 +311,8 @@ class Graph:
         )
         self._removed.clear()
         self._anchors.clear()
+        if self._in_order():  # most rewrites insert each new node before its first user
+            return
         position = {node: i for i, node in enumerate(self.nodes)}
         units: dict[Node | Region, list[Node]] = {}
         for node in self.nodes:
