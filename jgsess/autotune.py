@@ -9,8 +9,9 @@ device, with the node's shapes, dtypes and static params, and keeps the faster:
 Each side is compiled alone and run on random operands, interleaved, 5 to 51 times (about
 50 ms each; the median counts). A compilation measures for at most a quarter of the time its
 function took to trace (or `JGSESS_AUTOTUNE_BUDGET` seconds): about a tenth of jax.jit's time to
-first result, since XLA's compile takes longer than the trace. Past it, the cost model decides,
-and the nodes left unmeasured are measured by later compilations. Decisions are cached in memory
+first result, since XLA's compile takes longer than the trace. Past it, the cost model decides
+(a BatchNorm fusion, which has none, is left to XLA), and the nodes left unmeasured are measured
+by later compilations. Decisions are cached in memory
 and in a JSON file keyed by the kernel, operand shapes and dtypes, static params, platform, device
 kind and the jgsess and jax versions, so the next process does not measure again.
 
