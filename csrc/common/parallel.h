@@ -47,6 +47,14 @@ class TensorGroup {
   std::vector<int64_t> offsets_;
 };
 
+// ParallelFor calls in progress in this process. With several devices on one host (a mesh of
+// CPU devices) each device's program calls its own kernel at the same time, and each of those
+// callers already keeps a core busy.
+inline std::atomic<int>& CallsInProgress() {
+  static std::atomic<int> calls{0};
+  return calls;
+}
+
 // Runs body(c) for c in [0, n) on the pool and the calling thread; returns when all are done.
 template <typename F>
 void ParallelFor(ffi::ThreadPool& pool, int64_t n, F body) {
@@ -62,12 +70,17 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t n, F body) {
       shared->done.fetch_add(1, std::memory_order_release);
     }
   };
-  // the caller is one of the workers: more helpers than the pool's other threads would only
-  // compete with it for cores (one thread already draws most of the memory bandwidth)
-  const int64_t helpers = std::min<int64_t>(pool.num_threads() - 1, n - 1);
+  // the caller is one of the workers, and so is every other call in progress: more helpers
+  // than the cores they leave would only compete with them (one thread already draws most of
+  // the memory bandwidth)
+  const int busy = CallsInProgress().fetch_add(1, std::memory_order_relaxed) + 1;
+  static const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t threads = std::min<int64_t>(pool.num_threads(), cores);
+  const int64_t helpers = std::clamp<int64_t>(threads - busy, 0, n - 1);
   for (int64_t i = 0; i < helpers; ++i) pool.Schedule([work] { work(); });
   work();
   while (shared->done.load(std::memory_order_acquire) < n) std::this_thread::yield();
+  CallsInProgress().fetch_sub(1, std::memory_order_relaxed);
 }
 
 }  // namespace jgsess
