@@ -7,7 +7,7 @@ trace: it traces `fun` to a jaxpr on jax.jit's tracers, optimizes it and evaluat
     jgsess.jit(f) -> PjitFunction(_Body(f)) + .report / .plain, __wrapped__ = f
                                    |  one _Body per (f, donation), shared by every jgsess.jit(f)
                                    v  so jax's trace and executable caches are shared too
-                     make_jaxpr(f)(*tracers) -> compile_jaxpr -> evaluate on the tracers
+                     make_jaxpr(f)(*tracers) -> compile_jaxpr -> bind into jax.jit's trace
 
 The body holds `f` weakly (the jitted function holds it strongly): no reference cycles, and
 `f`'s closure is freed when the last jitted function of it goes.
@@ -131,14 +131,16 @@ class _Body:
                 closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*tracers)
             closed, lifted = _lift_traced_consts(closed)
             traced = time.perf_counter() - start
-            program, session = self._compile(
-                closed, [False] * len(lifted) + [donated[i] for i in dynamic], traced
+            outs, session = self._run(
+                closed,
+                [False] * len(lifted) + [donated[i] for i in dynamic],
+                traced,
+                lifted + tracers,
             )
             session.seconds = {"trace": traced, **session.seconds}
             _record(session.seconds)
             if self.sessions is not None:
                 self.sessions.append(session)
-            outs = _compat.jaxpr_as_fun(program)(*lifted, *tracers)
             return jax.tree.unflatten(jax.tree.structure(out_shape), outs)
         finally:
             if collecting:
@@ -152,19 +154,25 @@ class _Body:
         )
         return [bool(m) for m in jax.tree.leaves(marks)]
 
-    def _compile(self, closed, donated: list[bool], traced: float):
-        """The optimized program and its Session; on a pipeline failure, `closed` itself."""
+    def _run(self, closed, donated: list[bool], traced: float, args: list):
+        """The optimized program's results on `args` (bound into jax.jit's trace) and its
+        Session; on a pipeline failure, `closed`'s own results."""
         try:
             with jax.explain_cache_misses(False):
-                return compile_jaxpr(
+                program, session = compile_jaxpr(
                     closed, name=self.__name__, donated=donated, plan=self._plan, traced=traced
                 )
+            emitting = time.perf_counter()
+            outs = program(args)
+            session.seconds["emit"] = time.perf_counter() - emitting
+            return outs, session
         except Exception as err:  # noqa: BLE001 - any pipeline failure falls back
             if _config.strict():
                 raise
             self._fall_back(err)
             fallback = f"{type(err).__name__}: {err}"
-            return closed, Session(self.__name__, jax.default_backend(), fallback=fallback)
+            session = Session(self.__name__, jax.default_backend(), fallback=fallback)
+            return _compat.jaxpr_as_fun(closed)(*args), session
 
     def _fall_back(self, err: Exception) -> None:
         if self._warned:

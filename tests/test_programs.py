@@ -96,6 +96,33 @@ def test_effects_and_tokens(capfd):
     assert capfd.readouterr().out.count("total 6") == 2  # once each, never duplicated
 
 
+@pytest.mark.parametrize("effects", [True, False])
+def test_an_emission_failure_half_way_falls_back_cleanly(monkeypatch, capfd, effects):
+    """Emission binds the whole program, then fails: jgsess falls back to jax.jit's program,
+    each effect runs once, and the numbers are jax.jit's (pure leftovers are dead code)."""
+    from jgsess.emit import interpreter
+
+    def emit_then_fail(graph, args):
+        interpreter_emit(graph, args)
+        raise RuntimeError("emission failed half way")
+
+    interpreter_emit = interpreter.emit
+    monkeypatch.setattr(interpreter, "emit", emit_then_fail)
+    monkeypatch.setenv("JGSESS_STRICT", "0")
+
+    def fun(x):
+        if effects:
+            jax.debug.print("total {t}", t=x.sum())
+        return x**2 * -1.0  # canonicalize rewrites it, so the graph is emitted
+
+    x = jnp.arange(4.0)
+    with pytest.warns(jgsess.JgsessFallbackWarning, match="emission failed half way"):
+        got = jgsess.jit(fun)(x)
+    assert_trees_close(got, jax.jit(fun)(x))
+    jax.effects_barrier()
+    assert capfd.readouterr().out.count("total 6") == (2 if effects else 0)
+
+
 def test_symbolic_shapes_export_and_run():
     f = jgsess.jit(lambda x: jnp.sin(x) * 2 + x.shape[0])
     exported = export.export(f)(jax.ShapeDtypeStruct(export.symbolic_shape("n"), jnp.float32))

@@ -60,6 +60,18 @@ def changed_deep(graph: Graph) -> bool:
     return any(g.changed for g in graph.walk())
 
 
+def evaluate(graph: Graph, args) -> list:
+    """`graph`'s results on `args`, bound into the current trace: its source jaxpr where no pass
+    changed it, else `emit` straight into the trace. A program with effects is emitted into a
+    jaxpr of its own first, so a failure half way leaves no effect (a `debug.print`, say) in the
+    trace to be run again by the fallback."""
+    if graph.source is not None and not changed_deep(graph):
+        return _compat.jaxpr_as_fun(graph.source)(*args)
+    if any(node.effects for g in graph.walk() for node in g.live()):
+        return _compat.jaxpr_as_fun(to_closed_jaxpr(graph))(*args)
+    return emit(graph, args)
+
+
 def to_closed_jaxpr(graph: Graph):
     """The ClosedJaxpr computing `graph`: its source if nothing changed, else a re-trace."""
     if graph.source is not None and not changed_deep(graph):
