@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from param_sets import SETS  # noqa: E402
 
 import jgsess  # noqa: E402
+from jgsess import _C  # noqa: E402
 from jgsess.kernels import adamw, momentum  # noqa: E402
 
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
@@ -82,8 +83,6 @@ def ceilings(n: int = 1 << 24, runs: int = 7) -> dict:
     if jax.default_backend() != "cpu":
         copy = device_copy_gbps(n, runs)
         return {"triad": copy, **{(o, d): copy for o in TRAFFIC for d in DTYPES}}
-    from jgsess import _C
-
     out = {"triad": _C.stream_triad_gbps(n, runs)}
     for optimizer, (reads, writes) in TRAFFIC.items():
         for name, dtype in DTYPES.items():
@@ -389,7 +388,8 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     log(
         f"jax {jax.__version__}, {jax.default_backend()} ({jax.devices()[0].device_kind}), "
-        f"{os.cpu_count()} CPUs" + (", torch fused columns" if torch_available() else "")
+        f"{os.cpu_count()} CPUs, CPU kernels' vectors: {_C.simd_isa()}"
+        + (", torch fused columns" if torch_available() else "")
     )
     ceiling = ceilings()
     log(f"ceilings (GB/s): {ceiling}")

@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "bench/stream.h"
+#include "common/simd.h"
 #include "registrations.h"
 
 PYBIND11_MODULE(_C, m) {
@@ -9,6 +10,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("registrations", &jgsess::Registrations,
         "target name -> {platform: PyCapsule} for jax.ffi.register_ffi_target");
   m.def("has_cuda", &jgsess::HasCuda, "whether the CUDA kernels were built in");
+  m.def(
+      "simd_isa", [] { return jgsess::IsaName(jgsess::HostIsa()); },
+      "the instruction set the CPU kernels' vector loops run with: avx512, avx2 or baseline");
   m.def("stream_triad_gbps", &jgsess::StreamTriadGbps, pybind11::arg("n"), pybind11::arg("repeats"),
         "best STREAM triad bandwidth (GB/s) over f32 arrays of n elements, all CPU threads");
   m.def("stream_inplace_gbps", &jgsess::StreamInplaceGbps, pybind11::arg("n"),

@@ -1,6 +1,7 @@
-// Bandwidth probes on the CPU with every hardware thread, measured in the benchmarks' own process:
-// the in-place stream with an optimizer's exact traffic (their ceiling) and the STREAM triad
-// (a = b + s*c, a second reference that pays write-allocate traffic for `a`).
+// Bandwidth probes on the CPU with every hardware thread and the kernels' vectors (SimdFor),
+// measured in the benchmarks' own process: the in-place stream with an optimizer's exact traffic
+// (their ceiling) and the STREAM triad (a = b + s*c, a second reference that pays write-allocate
+// traffic for `a`).
 #include "bench/stream.h"
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <memory>
 #include <thread>
 #include <vector>
+
+#include "common/simd.h"
 
 namespace jgsess {
 namespace {
@@ -80,20 +83,20 @@ double InplaceSeconds(int64_t n, int reads, int writes, int repeats) {
     OnEveryThread(threads, n, [=](int64_t begin, int64_t end) {
       float* s0 = ps[0];
       float* s1 = nstate > 1 ? ps[1] : ps[0];
+      Param *p = pp + begin, *g = pg + begin;
+      float *a = s0 + begin, *b = s1 + begin;
       if (nstate == 2 && wstate == 2) {  // AdamW: p, m, v written
-#pragma omp simd
-        for (int64_t i = begin; i < end; ++i) {
-          const float gi = Widen(pg[i]);
-          s0[i] = s0[i] * 0.5f + gi;
-          s1[i] = s1[i] * 0.5f + gi;
-          pp[i] = Narrow<Param>(Widen(pp[i]) - s0[i] * s1[i]);
-        }
+        SimdFor(end - begin, [&](int64_t i) {
+          const float gi = Widen(g[i]);
+          a[i] = a[i] * 0.5f + gi;
+          b[i] = b[i] * 0.5f + gi;
+          p[i] = Narrow<Param>(Widen(p[i]) - a[i] * b[i]);
+        });
       } else {  // momentum: p, acc written
-#pragma omp simd
-        for (int64_t i = begin; i < end; ++i) {
-          s0[i] = s0[i] * 0.5f + Widen(pg[i]);
-          pp[i] = Narrow<Param>(Widen(pp[i]) - s0[i]);
-        }
+        SimdFor(end - begin, [&](int64_t i) {
+          a[i] = a[i] * 0.5f + Widen(g[i]);
+          p[i] = Narrow<Param>(Widen(p[i]) - a[i]);
+        });
       }
     });
   };
@@ -121,8 +124,8 @@ double StreamTriadGbps(int64_t n, int repeats) {
   });
   const double best = BestSeconds(repeats, [&] {
     OnEveryThread(threads, n, [=](int64_t begin, int64_t end) {
-#pragma omp simd
-      for (int64_t i = begin; i < end; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+      float *a = pa + begin, *b = pb + begin, *c = pc + begin;
+      SimdFor(end - begin, [&](int64_t i) { a[i] = b[i] + 3.0f * c[i]; });
     });
   });
   return 3.0 * sizeof(float) * static_cast<double>(n) / best / 1e9;

@@ -9,6 +9,7 @@
 
 #include "common/ffi.h"
 #include "common/parallel.h"
+#include "common/simd.h"
 #include "common/tensor_list.h"
 
 namespace jgsess {
@@ -35,12 +36,10 @@ inline void LoadF32(DataType type, const void* src, int64_t begin, int64_t n, fl
     std::copy_n(static_cast<const float*>(src) + begin, n, dst);
   } else if (type == DataType::BF16) {
     const uint16_t* s = static_cast<const uint16_t*>(src) + begin;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(s[i]);
+    SimdFor(n, [&](int64_t i) { dst[i] = Bf16ToF32(s[i]); });
   } else {  // F16
     const _Float16* s = static_cast<const _Float16*>(src) + begin;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+    SimdFor(n, [&](int64_t i) { dst[i] = static_cast<float>(s[i]); });
   }
 }
 
@@ -50,12 +49,10 @@ inline void StoreF32(DataType type, const float* src, void* dst, int64_t begin, 
     std::copy_n(src, n, static_cast<float*>(dst) + begin);
   } else if (type == DataType::BF16) {
     uint16_t* d = static_cast<uint16_t*>(dst) + begin;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) d[i] = F32ToBf16(src[i]);
+    SimdFor(n, [&](int64_t i) { d[i] = F32ToBf16(src[i]); });
   } else {  // F16
     _Float16* d = static_cast<_Float16*>(dst) + begin;
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<_Float16>(src[i]);
+    SimdFor(n, [&](int64_t i) { d[i] = static_cast<_Float16>(src[i]); });
   }
 }
 

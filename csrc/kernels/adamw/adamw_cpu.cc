@@ -1,7 +1,9 @@
-// Multi-tensor Adam / AdamW on the CPU: all cores (XLA's intra-op pool), SIMD inner loops;
+// Multi-tensor Adam / AdamW on the CPU: all cores (XLA's intra-op pool), inner loops for the
+// CPU's widest vectors (common/simd.h);
 // bf16 / f16 parameters and gradients are widened on load and rounded on store.
 #include "common/convert.h"
 #include "common/ffi.h"
+#include "common/simd.h"
 #include "kernels/adamw/adamw.h"
 
 namespace jgsess {
@@ -18,12 +20,12 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
       const AdamwHyper h = LoadHyper(member);
       const AdamwReciprocals r = Reciprocals(h);
       RunMultiTensor<4, 3>(pool, part, [&](const float* const* in, float* const* out, int64_t n) {
-      // outputs may be their operands (in place); element i touches index i only
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) {
-          AdamwElement<kFlags>(h, r, in[0][i], in[1][i], in[2][i], in[3][i], &out[0][i], &out[1][i],
-                               &out[2][i]);
-        }
+        const float *p = in[0], *g = in[1], *m = in[2], *v = in[3];
+        float *p_out = out[0], *m_out = out[1], *v_out = out[2];
+        // outputs may be their operands (in place); element i touches index i only
+        SimdFor(n, [&](int64_t i) {
+          AdamwElement<kFlags>(h, r, p[i], g[i], m[i], v[i], &p_out[i], &m_out[i], &v_out[i]);
+        });
       });
       return ffi::Error::Success();
     });

@@ -1,7 +1,9 @@
-// Multi-tensor SGD with momentum on the CPU: all cores, SIMD inner loops; bf16 / f16
+// Multi-tensor SGD with momentum on the CPU: all cores, inner loops for the CPU's widest
+// vectors (common/simd.h); bf16 / f16
 // parameters and gradients are widened on load and rounded on store.
 #include "common/convert.h"
 #include "common/ffi.h"
+#include "common/simd.h"
 #include "kernels/momentum/momentum.h"
 
 namespace jgsess {
@@ -18,10 +20,11 @@ ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t f
     return ForEachMember("momentum", *hyper, *tensors, [&](const auto& member, const auto& part) {
       const MomentumHyper h = LoadHyper(member);
       RunMultiTensor<3, 2>(pool, part, [&](const float* const* in, float* const* out, int64_t n) {
-#pragma omp simd
-        for (int64_t i = 0; i < n; ++i) {
-          MomentumElement<kFlags>(h, in[0][i], in[1][i], in[2][i], &out[0][i], &out[1][i]);
-        }
+        const float *p = in[0], *g = in[1], *acc = in[2];
+        float *p_out = out[0], *acc_out = out[1];
+        SimdFor(n, [&](int64_t i) {
+          MomentumElement<kFlags>(h, p[i], g[i], acc[i], &p_out[i], &acc_out[i]);
+        });
       });
       return ffi::Error::Success();
     });
