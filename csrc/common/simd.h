@@ -1,17 +1,21 @@
-// Vector loops for the widest instruction set the CPU has, chosen at run time.
+// Vector code for the widest instruction set the CPU has, chosen at run time.
 //
-// The library is built for any CPU of its architecture (no -march). On x86-64 the loop of
-// SimdFor is also compiled for AVX2 and for AVX-512 through per-function target attributes, so
-// only that loop uses those instructions, and the first call picks the widest the CPU (and the
-// OS) supports; JGSESS_SIMD=baseline|avx2|avx512 caps the choice (tests run every path). The
-// loop bodies are inlined into each version. They use exact IEEE operations only, and the build
-// turns FMA contraction off (-ffp-contract=off), so every version gives the same bits.
+// The library is built for any CPU of its architecture (no -march). On x86-64 a Vectorized
+// region (a lambda) is also compiled for AVX2 and for AVX-512: it is inlined into one trampoline
+// per instruction set, each with its own target attribute, so only such regions use those
+// instructions, and the first call picks the widest the CPU (and the OS) supports;
+// JGSESS_SIMD=baseline|avx2|avx512 caps the choice (tests run every path). Regions use exact IEEE
+// operations only, the build turns FMA contraction off (-ffp-contract=off), and reductions are
+// left to the baseline loops unless exact in any order (an OR of bits), so every version gives
+// the same bits.
 //
-//   SimdFor(n, [&](int64_t i) { out[i] = a[i] * s + b[i]; });
+//   SimdFor(n, [&](int64_t i) { out[i] = a[i] * s + b[i]; });          // one loop
+//   Vectorized([&]() JGSESS_REGION { for (...) { ... #pragma omp simd ... } });  // a loop nest
 //
-// A body may write element i of its outputs only (the iterations run as SIMD lanes).
+// A SimdFor body may write element i of its outputs only (the iterations run as SIMD lanes).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -57,19 +61,11 @@ inline Isa HostIsa() {
 namespace simd_detail {
 
 template <typename F>
-void LoopBaseline(int64_t n, F& body) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) body(i);
+void RunBaseline(F& region) {
+  region();
 }
 
 #if defined(JGSESS_SIMD_X86)
-// f16c: _Float16 <-> float conversions in the bodies become vcvtph2ps / vcvtps2ph
-template <typename F>
-__attribute__((target("avx2,fma,f16c"))) void LoopAvx2(int64_t n, F& body) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) body(i);
-}
-
 #if defined(__clang__)
 #define JGSESS_AVX512_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), min_vector_width(512)))
@@ -79,26 +75,78 @@ __attribute__((target("avx2,fma,f16c"))) void LoopAvx2(int64_t n, F& body) {
       target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")))
 #endif
 
+// f16c: _Float16 <-> float conversions in the regions become vcvtph2ps / vcvtps2ph
 template <typename F>
-JGSESS_AVX512_TARGET void LoopAvx512(int64_t n, F& body) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) body(i);
+__attribute__((target("avx2,fma,f16c"))) void RunAvx2(F& region) {
+  region();
+}
+
+template <typename F>
+JGSESS_AVX512_TARGET void RunAvx512(F& region) {
+  region();
 }
 #endif
 
 }  // namespace simd_detail
 
-// body(i) for i in [0, n), vectorized for HostIsa().
+// A region's lambda is inlined into each version (and its loops vectorized there), whatever
+// the inliner would decide on its own.
+#define JGSESS_REGION __attribute__((always_inline))
+
+// Runs region(), a lambda marked JGSESS_REGION, compiled for HostIsa():
+//   Vectorized([&]() JGSESS_REGION { for (...) { ...; #pragma omp simd for (...) ... } });
 template <typename F>
-void SimdFor(int64_t n, F&& body) {
+void Vectorized(F&& region) {
 #if defined(JGSESS_SIMD_X86)
   switch (HostIsa()) {
-    case Isa::kAvx512: return simd_detail::LoopAvx512(n, body);
-    case Isa::kAvx2: return simd_detail::LoopAvx2(n, body);
+    case Isa::kAvx512: return simd_detail::RunAvx512(region);
+    case Isa::kAvx2: return simd_detail::RunAvx2(region);
     default: break;
   }
 #endif
-  simd_detail::LoopBaseline(n, body);
+  simd_detail::RunBaseline(region);
+}
+
+// body(i) for i in [0, n), vectorized for HostIsa().
+template <typename F>
+void SimdFor(int64_t n, F&& body) {
+  Vectorized([&]() JGSESS_REGION {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) body(i);
+  });
+}
+
+// ReLU bit masks (bit k of word k / 32 is element k's), shared by the relu_mask and BatchNorm
+// kernels.
+
+// ORs the bits v[k] > 0 of n values into `words`, starting at element `base`.
+inline void PackPositive(const float* v, int64_t base, int64_t n, uint32_t* words) {
+  Vectorized([&]() JGSESS_REGION {
+    for (int64_t i = 0; i < n;) {
+      const int64_t offset = (base + i) & 31, len = std::min<int64_t>(32 - offset, n - i);
+      const float* x = v + i;
+      uint32_t bits = 0;
+#pragma omp simd reduction(| : bits)
+      for (int64_t j = 0; j < len; ++j) bits |= static_cast<uint32_t>(x[j] > 0.0f) << j;
+      words[(base + i) >> 5] |= bits << offset;
+      i += len;
+    }
+  });
+}
+
+// out[k] = the mask's bit for element base + k ? d[k] : 0, for k in [0, n).
+inline void GateByMask(const uint32_t* words, int64_t base, int64_t n, const float* d, float* out) {
+  Vectorized([&]() JGSESS_REGION {
+    for (int64_t i = 0; i < n;) {
+      const int64_t offset = (base + i) & 31, len = std::min<int64_t>(32 - offset, n - i);
+      const uint32_t bits = words[(base + i) >> 5] >> offset;
+      const float* di = d + i;
+      float* oi = out + i;
+#pragma omp simd
+      for (int64_t j = 0; j < len; ++j) oi[j] = (bits >> j) & 1u ? di[j] : 0.0f;
+      i += len;
+    }
+  });
 }
 
 }  // namespace jgsess

@@ -1,6 +1,7 @@
 """The CPU kernels' vector loops (csrc/common/simd.h) give the same bits on every instruction
-set: each JGSESS_SIMD path runs the elementwise kernels in a process of its own, on random
-operands of odd sizes and mixed dtypes, and the results must be equal byte for byte."""
+set: each JGSESS_SIMD path runs the optimizer, cast, ReLU-mask and BatchNorm kernels in a
+process of its own, on random operands of odd sizes and mixed dtypes, and the results must be
+equal byte for byte."""
 
 import hashlib
 import json
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jgsess import _C
-from jgsess.kernels import adamw, cast_all, momentum
+from jgsess.kernels import adamw, cast_all, momentum, relu_mask
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ISAS = ["baseline", "avx2", "avx512"]
@@ -22,9 +23,11 @@ def digest_of_results() -> dict:
     """What one process computes: the SIMD path it took and a hash of each kernel's results."""
     from tests.kernels.common import kernel_fn
     from tests.kernels.test_adamw import operands as adamw_operands
+    from tests.kernels.test_batch_norm import backward_case, bind, forward_case
     from tests.kernels.test_cast_all import PAIRS
     from tests.kernels.test_cast_all import operands as cast_operands
     from tests.kernels.test_momentum import operands as momentum_operands
+    from tests.kernels.test_relu_mask import values as relu_values
 
     sizes = [(1,), (15,), (17,), (1023,), (33, 65), (100_003,)]
     cases = {}
@@ -33,9 +36,22 @@ def digest_of_results() -> dict:
         for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
             ops = adamw_operands(sizes, seed=flags, p_dtype=dtype, g_dtype=dtype)
             cases[f"adamw {flags} {dtype.__name__}"] = kernel_fn(adamw.SPEC, flags=flags)(*ops)
-    for flags in range(16):
+    for flags in (0, momentum.NESTEROV | momentum.WEIGHT_DECAY, 15):
         ops = momentum_operands(sizes, flags, jnp.bfloat16, jnp.float16)
         cases[f"momentum {flags}"] = kernel_fn(momentum.SPEC, flags=flags)(*ops)
+    norms = [((3, 6, 5, 7), 1, jnp.float32), ((40, 41, 9), 2, jnp.float32)]  # NCHW, rank 3
+    norms += [((16, 9, 9, 48), 3, dtype) for dtype in (jnp.float32, jnp.bfloat16)]  # NHWC
+    for shape, axis, dtype in norms:
+        for add in (False, True):
+            spec, ops, params = forward_case(shape, axis, dtype, dtype, add)
+            cases[f"{spec.name} {shape} {dtype.__name__}"] = bind(spec, *ops, **params)
+            spec, ops, params, _ = backward_case(shape, axis, dtype, dtype, add)
+            cases[f"{spec.name} {shape} {dtype.__name__}"] = bind(spec, *ops, **params)
+    for i, shape in enumerate(sizes):
+        xs = [relu_values(shape, i, jnp.bfloat16), relu_values(shape, i + 1, jnp.bfloat16)]
+        cases[f"relu_mask {shape}"] = kernel_fn(relu_mask.FORWARD)(*xs)
+        mask = relu_mask.pack(relu_values(shape, i) > 0)
+        cases[f"relu_mask_grad {shape}"] = kernel_fn(relu_mask.BACKWARD)(mask, *xs)
     sources = [(shape, PAIRS[i % len(PAIRS)][0]) for i, shape in enumerate(sizes * 2)]
     dtypes = tuple(PAIRS[i % len(PAIRS)][1] for i in range(len(sources)))
     cases["cast_all"] = kernel_fn(cast_all.SPEC, dtypes=dtypes)(*cast_operands(3, sources))
@@ -48,20 +64,33 @@ def digest_of_results() -> dict:
     return {"isa": _C.simd_isa(), "hashes": hashes}
 
 
-def run_with(isa: str) -> dict:
+def start(isa: str) -> subprocess.Popen:
     code = "import json; from tests.kernels.test_simd import digest_of_results as d; "
     code += "print(json.dumps(d()))"
     env = {**os.environ, "JGSESS_SIMD": isa, "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def result(process: subprocess.Popen) -> dict:
+    try:
+        out, err = process.communicate(timeout=300)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def test_every_instruction_set_gives_the_same_bits():
     best = _C.simd_isa()  # this process: the CPU's widest (JGSESS_SIMD unset in the tests)
-    runs = {isa: run_with(isa) for isa in ISAS[: ISAS.index(best) + 1]}
+    processes = {isa: start(isa) for isa in ISAS[: ISAS.index(best) + 1]}
+    runs = {isa: result(process) for isa, process in processes.items()}
     for isa, run in runs.items():
         assert run["isa"] == isa  # the cap took effect
     baseline = runs["baseline"]["hashes"]

@@ -1,7 +1,7 @@
-// Training-mode BatchNorm + (add +) ReLU on the CPU: all cores, SIMD over the contiguous axis
-// (channels for NHWC, the spatial run for NCHW). Per-task partial sums (f32 within blocks of
-// rows, f64 across) live in the workspace arena and are added in a fixed order, so results do not
-// depend on the thread count.
+// Training-mode BatchNorm + (add +) ReLU on the CPU: all cores, the CPU's widest vectors
+// (common/simd.h) over the contiguous axis (channels for NHWC, the spatial run for NCHW).
+// Per-task partial sums (f32 within blocks of rows, f64 across) live in the workspace arena and
+// are added in a fixed order, so results do not depend on the thread count.
 #include <algorithm>
 #include <numeric>
 #include <vector>
@@ -9,6 +9,7 @@
 #include "common/convert.h"
 #include "common/ffi.h"
 #include "common/parallel.h"
+#include "common/simd.h"
 #include "common/tensor_list.h"
 #include "kernels/batch_norm/batch_norm.h"
 
@@ -72,11 +73,10 @@ void SumRows(const BnShape& s, int64_t r0, int64_t r1, double* sum, double* sq, 
     for (int64_t r = b; r < std::min(r1, b + kBlockRows); ++r) {
       const auto v = row(r);
       if (inner == 1) {
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) {
+        SimdFor(C, [&](int64_t c) {
           a[c] += p(v, c, c);
           a2[c] += q(v, c, c);
-        }
+        });
         continue;
       }
       for (int64_t c = 0; c < C; ++c) {
@@ -94,30 +94,6 @@ void SumRows(const BnShape& s, int64_t r0, int64_t r1, double* sum, double* sq, 
       sum[c] += a[c];
       sq[c] += a2[c];
     }
-  }
-}
-
-// ORs the bits s[k] > 0 of n values into the mask, starting at element `base`: 32 at a time.
-void PackBits(const float* v, int64_t base, int64_t n, uint32_t* words) {
-  for (int64_t i = 0; i < n;) {
-    const int64_t offset = (base + i) & 31, len = std::min<int64_t>(32 - offset, n - i);
-    uint32_t bits = 0;
-#pragma omp simd reduction(| : bits)
-    for (int64_t j = 0; j < len; ++j)
-      bits |= static_cast<uint32_t>(v[i + j] > 0.0f) << (offset + j);
-    words[(base + i) >> 5] |= bits;
-    i += len;
-  }
-}
-
-// out[k] = bit k of the mask (from element `base`) ? d[k] : 0, 32 at a time.
-void Gate(const uint32_t* words, int64_t base, int64_t n, const float* d, float* out) {
-  for (int64_t i = 0; i < n;) {
-    const int64_t offset = (base + i) & 31, len = std::min<int64_t>(32 - offset, n - i);
-    const uint32_t bits = words[(base + i) >> 5];
-#pragma omp simd
-    for (int64_t j = 0; j < len; ++j) out[i + j] = (bits >> (offset + j)) & 1u ? d[i + j] : 0.0f;
-    i += len;
   }
 }
 
@@ -180,29 +156,26 @@ ffi::Error ForwardImpl(ffi::ThreadPool& pool, Buffer& arena, Buffer& x, F32Buffe
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t base = r * row;
       const float* v = Row(xt, xd, base, row, xs);
+      float* o = out.data();
       if (inner == 1) {
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) out[c] = (v[c] - mu[c]) * a[c] + beta[c];
+        const float *m = mu, *ac = a.data();
+        SimdFor(C, [&](int64_t c) { o[c] = (v[c] - m[c]) * ac[c] + beta[c]; });
       } else {
         for (int64_t c = 0; c < C; ++c) {
           const float m = mu[c], ac = a[c], bc = beta[c];
           const float* in = v + c * inner;
-          float* o = out.data() + c * inner;
-#pragma omp simd
-          for (int64_t i = 0; i < inner; ++i) o[i] = (in[i] - m) * ac + bc;
+          float* oc = o + c * inner;
+          SimdFor(inner, [&](int64_t i) { oc[i] = (in[i] - m) * ac + bc; });
         }
       }
       RoundRow(yt, out.data(), row);
       if constexpr (kAdd) {
         const float* w = Row(yt, z->untyped_data(), base, row, zs);
-#pragma omp simd
-        for (int64_t k = 0; k < row; ++k) out[k] = out[k] + w[k];
-        RoundRow(yt, out.data(), row);
+        SimdFor(row, [&](int64_t k) { o[k] = o[k] + w[k]; });
+        RoundRow(yt, o, row);
       }
-      PackBits(out.data(), base, row, words);
-#pragma omp simd
-      for (int64_t k = 0; k < row; ++k)
-        out[k] = (out[k] > 0.0f || out[k] != out[k]) ? out[k] : 0.0f;
+      PackPositive(o, base, row, words);
+      SimdFor(row, [&](int64_t k) { o[k] = (o[k] > 0.0f || o[k] != o[k]) ? o[k] : 0.0f; });
       StoreF32(yt, out.data(), y.untyped_data(), base, row);
     }
   });
@@ -235,7 +208,7 @@ ffi::Error BackwardImpl(ffi::ThreadPool& pool, Buffer& arena, Buffer& dy, Buffer
     auto load = [&](int64_t r) {
       const int64_t base = r * row;
       v = Row(xt, x.untyped_data(), base, row, xs);
-      Gate(words, base, row, Row(gt, dy.untyped_data(), base, row, gs), g.data());
+      GateByMask(words, base, row, Row(gt, dy.untyped_data(), base, row, gs), g.data());
       if constexpr (kAdd) StoreF32(gt, g.data(), dz->untyped_data(), base, row);
       return g.data();
     };
@@ -261,20 +234,18 @@ ffi::Error BackwardImpl(ffi::ThreadPool& pool, Buffer& arena, Buffer& dy, Buffer
       const int64_t base = r * row;
       const float* v = Row(xt, x.untyped_data(), base, row, xs);
       const float* d = Row(gt, dy.untyped_data(), base, row, gs);
-      Gate(words, base, row, d, out.data());
+      float* o = out.data();
+      GateByMask(words, base, row, d, o);
       if (inner == 1) {
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) {
-          out[c] = coef[c].a * (out[c] - coef[c].b - (v[c] - mu[c]) * coef[c].c);
-        }
+        const BnGradCoef* k = coef.data();
+        SimdFor(C, [&](int64_t c) { o[c] = k[c].a * (o[c] - k[c].b - (v[c] - mu[c]) * k[c].c); });
       } else {
         for (int64_t c = 0; c < C; ++c) {
           const BnGradCoef k = coef[c];
           const float m = mu[c];
-          float* o = out.data() + c * inner;
+          float* oc = o + c * inner;
           const float* in = v + c * inner;
-#pragma omp simd
-          for (int64_t i = 0; i < inner; ++i) o[i] = k.a * (o[i] - k.b - (in[i] - m) * k.c);
+          SimdFor(inner, [&](int64_t i) { oc[i] = k.a * (oc[i] - k.b - (in[i] - m) * k.c); });
         }
       }
       StoreF32(xt, out.data(), dx.untyped_data(), base, row);

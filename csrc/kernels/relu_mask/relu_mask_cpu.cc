@@ -1,10 +1,11 @@
-// ReLU with a bit mask on the CPU: all cores, 32 elements (one mask word) at a time.
+// ReLU with a bit mask on the CPU: all cores, the CPU's widest vectors (common/simd.h).
 #include <algorithm>
 #include <vector>
 
 #include "common/convert.h"
 #include "common/ffi.h"
 #include "common/parallel.h"
+#include "common/simd.h"
 #include "kernels/relu_mask/relu_mask.h"
 
 namespace jgsess {
@@ -14,10 +15,7 @@ namespace {
 void Load(const ReluOperands& ops, int64_t begin, int64_t n, float* s, float* scratch) {
   for (int k = 0; k < ops.count; ++k)
     LoadF32(ops.type, ops.data[k], begin, n, k == 0 ? s : scratch);
-  if (ops.count == 2) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) s[i] = s[i] + scratch[i];
-  }
+  if (ops.count == 2) SimdFor(n, [&](int64_t i) { s[i] = s[i] + scratch[i]; });
 }
 
 ffi::Error ReluMaskCpuImpl(ffi::ThreadPool pool, Args args, ffi::Result<Buffer> y,
@@ -30,15 +28,11 @@ ffi::Error ReluMaskCpuImpl(ffi::ThreadPool pool, Args args, ffi::Result<Buffer> 
     thread_local std::vector<float> s(kCpuChunk), scratch(kCpuChunk);
     const int64_t begin = c * kCpuChunk, len = std::min(kCpuChunk, n - begin);
     Load(*ops, begin, len, s.data(), scratch.data());
-    for (int64_t w = 0; w < MaskWords(len); ++w) {
-      uint32_t bits = 0;
-      const int64_t lo = 32 * w, hi = std::min<int64_t>(len, lo + 32);
-      for (int64_t i = lo; i < hi; ++i) bits |= static_cast<uint32_t>(s[i] > 0.0f) << (i - lo);
-      words[begin / 32 + w] = bits;
-    }
-#pragma omp simd
-    for (int64_t i = 0; i < len; ++i) s[i] = ReluValue(s[i]);
-    StoreF32(ops->type, s.data(), y->untyped_data(), begin, len);
+    std::fill_n(words + begin / 32, MaskWords(len), 0u);  // chunks start at whole words
+    float* v = s.data();
+    PackPositive(v, begin, len, words);
+    SimdFor(len, [&](int64_t i) { v[i] = ReluValue(v[i]); });
+    StoreF32(ops->type, v, y->untyped_data(), begin, len);
   });
   return ffi::Error::Success();
 }
@@ -53,9 +47,7 @@ ffi::Error ReluMaskGradCpuImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> mask,
     thread_local std::vector<float> g(kCpuChunk), scratch(kCpuChunk);
     const int64_t begin = c * kCpuChunk, len = std::min(kCpuChunk, n - begin);
     Load(*ops, begin, len, g.data(), scratch.data());
-    const uint32_t* w = words + begin / 32;
-#pragma omp simd
-    for (int64_t i = 0; i < len; ++i) g[i] = (w[i >> 5] >> (i & 31)) & 1u ? g[i] : 0.0f;
+    GateByMask(words, begin, len, g.data(), g.data());
     StoreF32(ops->type, g.data(), dx->untyped_data(), begin, len);
   });
   return ffi::Error::Success();
