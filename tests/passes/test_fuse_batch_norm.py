@@ -203,6 +203,29 @@ def test_epsilon_outside_the_square_root_keeps_xla_code():
     check(jax.grad(loss, argnums=(0, 1, 2)), (gamma, beta, X), {})
 
 
+class DeepNet(nn.Module):
+    """`blocks` conv + BatchNorm + ReLU blocks: a backward pass thousands of nodes deep."""
+
+    blocks: int
+
+    @nn.compact
+    def __call__(self, x, z=None):
+        for _ in range(self.blocks):
+            x = Block()(nn.Conv(8, (1, 1), use_bias=False)(x))
+        return x
+
+
+def test_a_deep_network_fuses_every_block():
+    # the constant-operand walk of the rewrite recursed through the whole backward pass and ran
+    # out of stack at about 100 blocks, so the pipeline fell back to jax.jit
+    blocks = 120
+    step, args = linen_step(DeepNet(blocks), X)
+    report = jgsess.jit(step).report(*args)
+    assert report.fallback is None
+    fused = {k: v for k, v in report.fusions.items() if k.startswith("batch_norm")}
+    assert fused == {"batch_norm_relu": blocks, "batch_norm_relu_grad": blocks}
+
+
 class Bottleneck(nn.Module):
     """A ResNet-50 bottleneck block (flax examples' ResNet, channels last)."""
 

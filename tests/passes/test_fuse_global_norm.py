@@ -77,3 +77,20 @@ def test_norm_under_grad_and_vmap():
     assert_trees_close(jax.grad(fused)(w), jax.grad(loss)(w), rtol=1e-5)
     ws = jnp.stack([w, -w, w * 3])
     assert_trees_close(jax.vmap(fused)(ws), jax.vmap(loss)(ws), rtol=2e-6)
+
+
+def test_a_norm_over_thousands_of_leaves_fires():
+    """Python's `sum` over 1,500 leaves is a chain of 1,500 additions: matched in a loop, not
+    by recursion (which ran out of stack and fell back)."""
+    grads = [jnp.full((3,), 0.5 + i * 1e-3, jnp.float32) for i in range(1500)]
+    fused = jgsess.jit(optax.global_norm)
+    assert fused.report(grads).fusions["global_norm"] == 1
+    assert_trees_close(fused(grads), jax.jit(optax.global_norm)(grads), rtol=2e-6)
+
+
+def test_weakly_typed_leaves_fire():
+    # `jnp.full` of a Python float is weakly typed: a convert to f32 between square and sum
+    grads = [jnp.full((3, 4), 0.5 + i, None if i % 2 else jnp.float32) for i in range(4)]
+    fused = jgsess.jit(optax.global_norm)
+    assert fused.report(grads).fusions["global_norm"] == 1
+    assert_trees_close(fused(grads), jax.jit(optax.global_norm)(grads), rtol=2e-6)

@@ -188,13 +188,25 @@ def _trains(graph: Graph, s: Value) -> bool:
 
 
 def _constant(node: Node, memo: dict) -> bool:
-    """Whether `node` computes from constants only (a zeros broadcast, say)."""
-    if node not in memo:
-        memo[node] = False
-        memo[node] = not node.effects and all(
-            v.is_const or (v.producer is not None and _constant(v.producer, memo))
-            for v in node.inputs
-        )
+    """Whether `node` computes from constants only (a zeros broadcast, say). A walk over the
+    producers with a stack of its own (a deep network's backward pass nests thousands)."""
+    stack = [node]
+    while stack:
+        top = stack[-1]
+        if top in memo:
+            stack.pop()
+            continue
+        if top.effects or any(not v.is_const and v.producer is None for v in top.inputs):
+            memo[top] = False  # an effect, or a graph input
+            stack.pop()
+            continue
+        producers = [v.producer for v in top.inputs if not v.is_const]
+        waiting = [p for p in producers if p not in memo]
+        if waiting:
+            stack.extend(waiting)
+            continue
+        memo[top] = all(memo[p] for p in producers)
+        stack.pop()
     return memo[node]
 
 

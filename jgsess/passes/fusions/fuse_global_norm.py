@@ -30,34 +30,56 @@ def _only_use(graph: Graph, value: Value, user: Node) -> bool:
 
 
 def _term(graph: Graph, value: Value) -> tuple[Value, list[Node]] | None:
-    """(x, nodes) if `value` is reduce_sum[all axes](square x) used only where it is."""
+    """(x, nodes) if `value` is reduce_sum[all axes](square x) used only where it is; a convert
+    to the same dtype between them (a weakly typed leaf made strong) goes with them."""
     node = value.producer
     if node is None or node.name != "reduce_sum" or not graph.is_rewritable(node):
         return None
     (squared,) = node.inputs
+    nodes = [node]
     square = squared.producer
+    if _same_dtype_convert(graph, square) and _only_use(graph, squared, node):
+        nodes.insert(0, square)
+        squared, node = square.inputs[0], square
+        square = squared.producer
     if square is None or square.name != "square" or not graph.is_rewritable(square):
         return None
     x = square.inputs[0]
-    if tuple(node.params.get("axes", ())) != tuple(range(x.ndim)) or x.dtype != np.float32:
+    if tuple(nodes[-1].params.get("axes", ())) != tuple(range(x.ndim)) or x.dtype != np.float32:
         return None
-    return (x, [square, node]) if _only_use(graph, squared, node) else None
+    return (x, [square, *nodes]) if _only_use(graph, squared, node) else None
+
+
+def _same_dtype_convert(graph: Graph, node: Node | None) -> bool:
+    return (
+        node is not None
+        and node.name == "convert_element_type"
+        and graph.is_rewritable(node)
+        and node.inputs[0].dtype == node.outputs[0].dtype
+    )
 
 
 def _chain(graph: Graph, value: Value) -> tuple[list[Value], list[Node]] | None:
-    """The tensors whose sums of squares add up to `value`, in order, and the nodes doing it."""
-    term = _term(graph, value)
-    if term is not None:
-        return [term[0]], term[1]
-    node = value.producer
-    if node is None or node.name != "add" or not graph.is_rewritable(node):
-        return None
-    for rest, last in (node.inputs, node.inputs[::-1]):
-        tail = _term(graph, last)
-        head = _chain(graph, rest) if tail and _only_use(graph, rest, node) else None
-        if head and _only_use(graph, last, node):
-            return head[0] + [tail[0]], head[1] + tail[1] + [node]
-    return None
+    """The tensors whose sums of squares add up to `value`, in order, and the nodes doing it.
+
+    Walked from the last addition down (a loop: a chain has one addition per leaf, thousands
+    for a large model): each addition adds one term to the chain before it."""
+    pieces = []  # (tensor, its nodes), last term first
+    while (term := _term(graph, value)) is None:
+        node = value.producer
+        if node is None or node.name != "add" or not graph.is_rewritable(node):
+            return None
+        for rest, last in (node.inputs, node.inputs[::-1]):
+            tail = _term(graph, last)
+            if tail and _only_use(graph, rest, node) and _only_use(graph, last, node):
+                break
+        else:
+            return None
+        pieces.append((tail[0], [*tail[1], node]))
+        value = rest
+    pieces.append(term)
+    pieces.reverse()
+    return [x for x, _ in pieces], [n for _, nodes in pieces for n in nodes]
 
 
 def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
