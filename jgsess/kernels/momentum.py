@@ -43,13 +43,6 @@ def reference(*operands, flags):
     return tuple(outs)
 
 
-def _prefer_kernel(node, platform: str) -> tuple[bool, str]:
-    # Measured on the 2-core CPU (benchmarks/optimizer_step.py): as fast as XLA's loops or
-    # faster on every parameter set, small tensors included (EfficientNet-B0's 25K elements on
-    # average, 1,000 leaves of 1K-4K); being a cost model, it lets jgsess.autotune measure.
-    return True, f"compiled {platform} kernel"
-
-
 SPEC = update_kernel(
     "momentum",
     reference,
@@ -58,5 +51,4 @@ SPEC = update_kernel(
     state=(2,),
     update_flag=UPDATE,
     doc="multi-tensor SGD with momentum (optax and MindSpore forms)",
-    prefer_kernel=_prefer_kernel,
 )
