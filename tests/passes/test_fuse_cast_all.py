@@ -43,6 +43,19 @@ def test_a_single_cast_or_casts_of_intermediates_stay():
     assert count(inner, "cast_all") == 0
 
 
+def test_casts_read_only_by_elementwise_operations_stay():
+    # bf16 parameters updated in f32 (optax with f32 state): XLA fuses each cast into the update
+    def update(params, grads):
+        return [
+            (p.astype(jnp.float32) - 0.1 * g).astype(jnp.bfloat16) for p, g in zip(params, grads)
+        ]
+
+    params = [p.astype(jnp.bfloat16) for p in PARAMS]
+    graph = graph_of(update, params, PARAMS)
+    run_passes(graph, [fuse_cast_all.PASS])
+    assert count(graph, "cast_all") == 0
+
+
 def test_gradient_of_a_mixed_precision_step_matches():
     grads = jax.grad(forward16)
     fused = jgsess.jit(grads)

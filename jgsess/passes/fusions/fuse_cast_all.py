@@ -7,7 +7,10 @@
 
 Candidates are casts between f32, bf16 and f16 whose operand is a graph input (a parameter, so
 no cycle can arise), as in MindSpore; at least two are needed. Unlike MindSpore, casts in both
-directions share one call (the kernel takes each tensor's dtypes as they come).
+directions share one call (the kernel takes each tensor's dtypes as they come). A cast read only
+by elementwise operations is no candidate: XLA fuses it into them and never writes the cast
+tensor, where a call (a fusion barrier) would write it and read it back (bf16 parameters updated
+in f32 by optax: a ResNet-50 AdamW step took 51 ms with the call, 23 ms without).
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ from ..manager import Context
 from .engine import Fusion, Rewrite
 
 _FLOATS = {np.dtype(d) for d in ("float32", "float16")} | {np.dtype("bfloat16")}
+# operations XLA fuses a cast into (it computes the cast where they read it)
+_ELEMENTWISE = frozenset(
+    "abs add and convert_element_type cos div exp exp2 expm1 integer_pow log log1p logistic max "
+    "min mul ne neg eq ge gt le lt or pow rsqrt select_n sign sin sqrt square sub tan tanh".split()
+)
 
 
 def _candidate(graph: Graph, node: Node, inputs: set) -> bool:
@@ -37,6 +45,7 @@ def _candidate(graph: Graph, node: Node, inputs: set) -> bool:
         and x.shape == y.shape
         and _compat.convert_is_plain(node.params)
         and not getattr(y.aval, "weak_type", False)
+        and (graph.output_uses(y) > 0 or any(u.name not in _ELEMENTWISE for u in y.users))
     )
 
 
