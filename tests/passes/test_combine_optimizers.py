@@ -194,3 +194,20 @@ def test_multi_steps_accumulation_fuses_the_inner_update(inner):
     (kernel,) = {k for k, _ in report.session.record.combined}
     assert report.session.record.combined == [(kernel, 5)]
     assert report.fusions[kernel] == 5
+
+
+def test_a_large_tree_is_combined_in_calls_of_at_most_max_tensors():
+    # one call per MAX_TENSORS tensors: XLA compiles many aliased operands of one call slowly
+    params = [jnp.full((3,), 0.5 + i, jnp.float32) for i in range(300)]
+    grads = [p * 0.01 for p in params]
+    opt = optax.adamw(1e-3)
+
+    def step(params, state, grads):
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    fused = jgsess.jit(step, donate_argnums=(0, 1))
+    report = fused.report(params, opt.init(params), grads)
+    assert sorted(n for _, n in report.session.record.combined) == [44, 128, 128]
+    got = fused([jnp.copy(p) for p in params], opt.init(params), grads)
+    assert_trees_close(got, jax.jit(step)(params, opt.init(params), grads))
