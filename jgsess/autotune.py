@@ -218,8 +218,9 @@ def decide(
 
 
 def choose(node, platform: str, log: list, budget: float) -> Measurement | None:
-    """The measured (or cached) decision for a fused node whose spec has a cost model."""
-    if node.op.prefer_kernel is None:
+    """The measured (or cached) decision for a fused node whose spec has a cost model and may
+    be measured."""
+    if node.op.prefer_kernel is None or not node.op.measured:
         return None
     sides = functools.partial(_node_sides, node, platform)
     return decide(node.op.name, key_of(node, platform), sides, platform, log, budget)

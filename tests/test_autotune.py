@@ -12,6 +12,7 @@ import pytest
 import jgsess
 from jgsess import autotune
 from tests.helpers import assert_trees_close
+from tests.optax_steps import update_step
 from tests.passes.test_fuse_batch_norm import Block, X, linen_step
 
 
@@ -130,3 +131,7 @@ def test_the_optimizer_kernels_are_not_measured(tuning):
     tree = [jnp.full((300,), 0.5 + i, jnp.float32) for i in range(3)]
     report = jgsess.jit(sgd).report(tree, tree, tree)
     assert report.selection == [] and [k.impl for k in report.kernels] == ["kernel"]
+    opt = optax.sgd(0.1, momentum=0.9, accumulator_dtype=jnp.float32)
+    narrow = [t.astype(jnp.bfloat16) for t in tree]  # momentum's cost model decides, unmeasured
+    report = jgsess.jit(update_step(opt)).report(narrow, opt.init(narrow), narrow)
+    assert report.selection == [] and [k.impl for k in report.kernels] == ["xla"]
