@@ -218,9 +218,8 @@ def decide(
 
 
 def choose(node, platform: str, log: list, budget: float) -> Measurement | None:
-    """The measured (or cached) decision for a fused node whose spec has a cost model and may
-    be measured."""
-    if node.op.prefer_kernel is None or not node.op.measured:
+    """The measured (or cached) decision for a fused node whose spec has a cost model."""
+    if node.op.prefer_kernel is None:
         return None
     sides = functools.partial(_node_sides, node, platform)
     return decide(node.op.name, key_of(node, platform), sides, platform, log, budget)

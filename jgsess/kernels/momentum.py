@@ -43,22 +43,6 @@ def reference(*operands, flags):
     return tuple(outs)
 
 
-def _prefer_kernel(node, platform: str) -> tuple[bool, str]:
-    # Measured on the 2-core CPU (benchmarks/optimizer_step.py, the kernel alone against
-    # jax.jit): with f32 parameters the kernel is faster on large sets (ResNet-50 13.8 vs
-    # 16.5 ms, BERT-base 54.5 vs 57.6) and about even on EfficientNet-B0's small leaves (6.2
-    # vs 5.4 ms in that run, 4.9 vs 5.2 and 5.0 vs 4.8 in two earlier ones); with bf16
-    # parameters and gradients (f32 momentum) it stages them through f32 scratch and loses to
-    # XLA's loops, which convert in registers: 14.3 vs 14.0 ms, 65.1 vs 47.9 ms (and ResNet-50's
-    # whole jgsess.jit step 19.1 vs 14.0 ms).
-    if platform == "cpu" and node is not None:
-        tensors = node.inputs[len(SCALARS) :]
-        narrow = [v for i, v in enumerate(tensors) if i % 3 < 2 and v.dtype != jnp.float32]
-        if narrow:
-            return False, "bf16/f16 parameters: XLA's loop is faster on the CPU"
-    return True, f"compiled {platform} kernel"
-
-
 SPEC = update_kernel(
     "momentum",
     reference,
@@ -67,5 +51,4 @@ SPEC = update_kernel(
     state=(2,),
     update_flag=UPDATE,
     doc="multi-tensor SGD with momentum (optax and MindSpore forms)",
-    prefer_kernel=_prefer_kernel,
 )

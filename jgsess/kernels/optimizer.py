@@ -79,7 +79,6 @@ def update_kernel(
         narrowable=narrowable,
         result_avals=result_avals,
         prefer_kernel=prefer_kernel,
-        measured=False,  # measuring would only cost compile time (see the kernels' cost models)
         factors=functools.partial(_factors, multi_tensor((base, per_tensor, len(sources))), base),
         doc=doc,
     )

@@ -60,8 +60,6 @@ class KernelSpec:
         evaluation (the default traces the reference, slow for calls with many tensors).
       prefer_kernel: `(node, platform) -> (bool, reason)`, the cost model; the default always
         takes the kernel where one is compiled.
-      measured: whether selection may time the kernel against XLA's code where it has a cost
-        model (jgsess.autotune); False: the cost model alone decides.
       factors: `(static, operand avals) -> partition.Factors`, how the operands' and results'
         dimensions line up: the sharding rule under which XLA partitions the kernel (None for
         shapes it has no rule for: XLA then partitions the reference).
@@ -84,7 +82,6 @@ class KernelSpec:
     result_avals: Callable | None = None
     workspace: Callable | None = None
     prefer_kernel: Callable | None = None
-    measured: bool = True
     factors: Callable | None = None
     alike: tuple[int, ...] = ()
     per_shard: Callable | None = None

@@ -30,7 +30,7 @@ def test_kernel_matches_reference_on_odd_sizes(flags):
 @pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize("g_dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 def test_mixed_precision(p_dtype, g_dtype):
-    ops = operands([(3,), (33_333,)], 5, p_dtype, g_dtype)
+    ops = operands([(3,), (33_333,), (70_001,)], 5, p_dtype, g_dtype)  # one over a chunk
     check(momentum.SPEC, ops, flags=momentum.WEIGHT_DECAY | momentum.SCALE)
 
 

@@ -1,6 +1,7 @@
 // Multi-tensor Adam / AdamW on the CPU: all cores (XLA's intra-op pool), inner loops for the
 // CPU's widest vectors (common/simd.h);
-// bf16 / f16 parameters and gradients are widened on load and rounded on store.
+// bf16 / f16 parameters and gradients are widened on load and rounded on store (bf16 in
+// registers).
 #include "common/convert.h"
 #include "common/ffi.h"
 #include "common/simd.h"
@@ -19,14 +20,20 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
     return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {
       const AdamwHyper h = LoadHyper(member);
       const AdamwReciprocals r = Reciprocals(h);
-      RunMultiTensor<4, 3>(pool, part, [&](const float* const* in, float* const* out, int64_t n) {
-        const float *p = in[0], *g = in[1], *m = in[2], *v = in[3];
-        float *p_out = out[0], *m_out = out[1], *v_out = out[2];
-        // outputs may be their operands (in place); element i touches index i only
-        SimdFor(n, [&](int64_t i) {
-          AdamwElement<kFlags>(h, r, p[i], g[i], m[i], v[i], &p_out[i], &m_out[i], &v_out[i]);
-        });
-      });
+      RunOptimizer<4, 3>(pool, part,
+                         [&](const auto* p, const auto* g, const float* const* state, auto* p_out,
+                             float* const* state_out, int64_t n) {
+                           const float *m = state[0], *v = state[1];
+                           float *m_out = state_out[0], *v_out = state_out[1];
+                           // outputs may be their operands (in place); element i touches index i
+                           // only
+                           SimdFor(n, [&](int64_t i) {
+                             float p2;
+                             AdamwElement<kFlags>(h, r, Widen(p[i]), Widen(g[i]), m[i], v[i], &p2,
+                                                  &m_out[i], &v_out[i]);
+                             Narrow(p2, &p_out[i]);
+                           });
+                         });
       return ffi::Error::Success();
     });
   });

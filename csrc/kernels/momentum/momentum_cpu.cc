@@ -1,6 +1,6 @@
 // Multi-tensor SGD with momentum on the CPU: all cores, inner loops for the CPU's widest
 // vectors (common/simd.h); bf16 / f16
-// parameters and gradients are widened on load and rounded on store.
+// parameters and gradients are widened on load and rounded on store (bf16 in registers).
 #include "common/convert.h"
 #include "common/ffi.h"
 #include "common/simd.h"
@@ -19,13 +19,18 @@ ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t f
   return DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {
     return ForEachMember("momentum", *hyper, *tensors, [&](const auto& member, const auto& part) {
       const MomentumHyper h = LoadHyper(member);
-      RunMultiTensor<3, 2>(pool, part, [&](const float* const* in, float* const* out, int64_t n) {
-        const float *p = in[0], *g = in[1], *acc = in[2];
-        float *p_out = out[0], *acc_out = out[1];
-        SimdFor(n, [&](int64_t i) {
-          MomentumElement<kFlags>(h, p[i], g[i], acc[i], &p_out[i], &acc_out[i]);
-        });
-      });
+      RunOptimizer<3, 2>(pool, part,
+                         [&](const auto* p, const auto* g, const float* const* state, auto* p_out,
+                             float* const* state_out, int64_t n) {
+                           const float* acc = state[0];
+                           float* acc_out = state_out[0];
+                           SimdFor(n, [&](int64_t i) {
+                             float p2;
+                             MomentumElement<kFlags>(h, Widen(p[i]), Widen(g[i]), acc[i], &p2,
+                                                     &acc_out[i]);
+                             Narrow(p2, &p_out[i]);
+                           });
+                         });
       return ffi::Error::Success();
     });
   });
