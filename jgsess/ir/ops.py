@@ -42,6 +42,16 @@ def const(value, like: Value) -> Value:
     return Value(like.aval.update(shape=()), const=np.asarray(value, dtype=like.dtype))
 
 
+def is_same_dtype_convert(node: Node | None) -> bool:
+    """Whether `node` converts a value to its own dtype (a weakly typed value made strong):
+    the values pass through unchanged."""
+    return (
+        node is not None
+        and node.name == "convert_element_type"
+        and node.inputs[0].dtype == node.outputs[0].dtype
+    )
+
+
 def convert(value: Value, dtype) -> Node:
     """A node `convert_element_type[dtype](value)`, with this jax version's params."""
     struct = jax.ShapeDtypeStruct(value.shape, value.dtype)

@@ -56,9 +56,7 @@ def _never_negative_zero(value: Value, depth: int = 4) -> bool:
     if node.name == "add":
         # in round-to-nearest a sum is -0.0 only when both operands are -0.0
         return any(_never_negative_zero(v, depth - 1) for v in node.inputs)
-    if node.name in ("reduce_sum", "sqrt", "broadcast_in_dim") or (
-        node.name == "convert_element_type" and node.inputs[0].dtype == value.dtype
-    ):
+    if node.name in ("reduce_sum", "sqrt", "broadcast_in_dim") or ops.is_same_dtype_convert(node):
         return _never_negative_zero(node.inputs[0], depth - 1)
     return False
 

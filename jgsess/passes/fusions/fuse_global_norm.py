@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ...ir import ops
 from ...ir.graph import Graph, Node, Value
 from ...kernels import global_norm
 from ..manager import Context
@@ -32,31 +33,26 @@ def _only_use(graph: Graph, value: Value, user: Node) -> bool:
 def _term(graph: Graph, value: Value) -> tuple[Value, list[Node]] | None:
     """(x, nodes) if `value` is reduce_sum[all axes](square x) used only where it is; a convert
     to the same dtype between them (a weakly typed leaf made strong) goes with them."""
-    node = value.producer
-    if node is None or node.name != "reduce_sum" or not graph.is_rewritable(node):
+    reduce = value.producer
+    if reduce is None or reduce.name != "reduce_sum" or not graph.is_rewritable(reduce):
         return None
-    (squared,) = node.inputs
-    nodes = [node]
+    (squared,) = reduce.inputs
+    nodes, user = [reduce], reduce  # the nodes from the square on, and the square's one user
+    convert = squared.producer
+    if (
+        ops.is_same_dtype_convert(convert)
+        and graph.is_rewritable(convert)
+        and _only_use(graph, squared, reduce)
+    ):
+        nodes, user = [convert, reduce], convert
+        (squared,) = convert.inputs
     square = squared.producer
-    if _same_dtype_convert(graph, square) and _only_use(graph, squared, node):
-        nodes.insert(0, square)
-        squared, node = square.inputs[0], square
-        square = squared.producer
     if square is None or square.name != "square" or not graph.is_rewritable(square):
         return None
     x = square.inputs[0]
-    if tuple(nodes[-1].params.get("axes", ())) != tuple(range(x.ndim)) or x.dtype != np.float32:
+    if tuple(reduce.params.get("axes", ())) != tuple(range(x.ndim)) or x.dtype != np.float32:
         return None
-    return (x, [square, *nodes]) if _only_use(graph, squared, node) else None
-
-
-def _same_dtype_convert(graph: Graph, node: Node | None) -> bool:
-    return (
-        node is not None
-        and node.name == "convert_element_type"
-        and graph.is_rewritable(node)
-        and node.inputs[0].dtype == node.outputs[0].dtype
-    )
+    return (x, [square, *nodes]) if _only_use(graph, squared, user) else None
 
 
 def _chain(graph: Graph, value: Value) -> tuple[list[Value], list[Node]] | None:
