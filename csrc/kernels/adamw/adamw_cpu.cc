@@ -20,20 +20,19 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
     return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {
       const AdamwHyper h = LoadHyper(member);
       const AdamwReciprocals r = Reciprocals(h);
-      RunOptimizer<4, 3>(pool, part,
-                         [&](const auto* p, const auto* g, const float* const* state, auto* p_out,
-                             float* const* state_out, int64_t n) {
-                           const float *m = state[0], *v = state[1];
-                           float *m_out = state_out[0], *v_out = state_out[1];
-                           // outputs may be their operands (in place); element i touches index i
-                           // only
-                           SimdFor(n, [&](int64_t i) {
-                             float p2;
-                             AdamwElement<kFlags>(h, r, Widen(p[i]), Widen(g[i]), m[i], v[i], &p2,
-                                                  &m_out[i], &v_out[i]);
-                             Narrow(p2, &p_out[i]);
-                           });
-                         });
+      // outputs may be their operands (in place); element i touches index i only
+      auto step = [&](const auto* p, const auto* g, const float* const* state, auto* p_out,
+                      float* const* state_out, int64_t n) {
+        const float *m = state[0], *v = state[1];
+        float *m_out = state_out[0], *v_out = state_out[1];
+        SimdFor(n, [&](int64_t i) {
+          float p2;
+          AdamwElement<kFlags>(h, r, Widen(p[i]), Widen(g[i]), m[i], v[i], &p2, &m_out[i],
+                               &v_out[i]);
+          Narrow(p2, &p_out[i]);
+        });
+      };
+      RunOptimizer<4, 3>(pool, part, step);
       return ffi::Error::Success();
     });
   });

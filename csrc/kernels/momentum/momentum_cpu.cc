@@ -19,18 +19,17 @@ ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t f
   return DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {
     return ForEachMember("momentum", *hyper, *tensors, [&](const auto& member, const auto& part) {
       const MomentumHyper h = LoadHyper(member);
-      RunOptimizer<3, 2>(pool, part,
-                         [&](const auto* p, const auto* g, const float* const* state, auto* p_out,
-                             float* const* state_out, int64_t n) {
-                           const float* acc = state[0];
-                           float* acc_out = state_out[0];
-                           SimdFor(n, [&](int64_t i) {
-                             float p2;
-                             MomentumElement<kFlags>(h, Widen(p[i]), Widen(g[i]), acc[i], &p2,
-                                                     &acc_out[i]);
-                             Narrow(p2, &p_out[i]);
-                           });
-                         });
+      auto step = [&](const auto* p, const auto* g, const float* const* state, auto* p_out,
+                      float* const* state_out, int64_t n) {
+        const float* acc = state[0];
+        float* acc_out = state_out[0];
+        SimdFor(n, [&](int64_t i) {
+          float p2;
+          MomentumElement<kFlags>(h, Widen(p[i]), Widen(g[i]), acc[i], &p2, &acc_out[i]);
+          Narrow(p2, &p_out[i]);
+        });
+      };
+      RunOptimizer<3, 2>(pool, part, step);
       return ffi::Error::Success();
     });
   });
