@@ -181,8 +181,10 @@ def measure(kernel, xla, operands, platform: str) -> tuple[float, float]:
     structs = jax.tree.map(
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), list(operands)
     )
-    with jax.ensure_compile_time_eval():
-        sides = [jax.jit(f).lower(*structs).compile() for f in (kernel, xla)]
+    # traced as top-level programs: under ensure_compile_time_eval a side's constant
+    # computations (zeros, broadcasts) would run eagerly, each compiled on its own
+    sides = [jax.jit(f).lower(*structs).compile() for f in (kernel, xla)]
+    with jax.ensure_compile_time_eval():  # the pipeline runs inside the user's jax.jit trace
         args = jax.device_put(list(operands), device)
         first = max(_time(fn, args) for fn in sides)  # also warms up
         # enough rounds for ~50 ms per side (short calls are noisy), 5 to 51

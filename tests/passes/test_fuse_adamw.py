@@ -154,3 +154,35 @@ def test_a_scaled_step_whose_moments_are_dropped_does_not_fire():
     fused = jgsess.jit(direction)
     assert fused.report(*args).fusions["adamw"] == 0
     assert_trees_close(fused(*args), jax.jit(direction)(*args))
+
+
+def test_every_form_needs_a_sqrt_and_a_graph_without_one_never_traces_them():
+    from jgsess.ir.build import from_jaxpr
+    from jgsess.passes.fusions import fuse_adamw
+    from jgsess.passes.fusions.engine import fusion_pass
+    from jgsess.passes.manager import Context
+    from jgsess.patterns.matcher import pattern_nodes
+    from jgsess.patterns.pat import Pat
+
+    for rule in fuse_adamw._rules():  # the gate is sound: no form matches without a sqrt
+        nodes = pattern_nodes(rule.pattern.root).values()
+        assert any(isinstance(n, Pat) and n.ops <= fuse_adamw.NEEDS for n in nodes)
+
+    traced = []
+
+    def rules():
+        traced.append(True)
+        return fuse_adamw._rules()
+
+    probe = fusion_pass("probe", rules, needs=fuse_adamw.NEEDS)
+    params = tree(0)
+
+    def sgd(p, g):
+        return jax.tree.map(lambda a, b: a - 0.1 * b, p, g)
+
+    probe.run(from_jaxpr(jax.make_jaxpr(sgd)(params, params)), Context())
+    assert traced == []
+    opt = optax.adamw(1e-3)
+    step = jax.make_jaxpr(lambda p, g, s: opt.update(g, s, p))(params, params, opt.init(params))
+    probe.run(from_jaxpr(step), Context())
+    assert traced == [True]

@@ -47,4 +47,6 @@ def _rules():
     return update_rules(adamw.SPEC, adamw.update, TENSORS, adamw.SCALARS, _used, unused, UPDATE)
 
 
-PASS = fusion_pass("fuse-adamw", _rules, doc=__doc__)
+# every form divides by sqrt(v) + eps (optax's scale_by_adam, MindSpore's AdamWeightDecay)
+NEEDS = frozenset({"sqrt"})
+PASS = fusion_pass("fuse-adamw", _rules, doc=__doc__, needs=NEEDS)
