@@ -83,7 +83,13 @@ class _Body:
     `__wrapped__` is `fun` (jax takes the signature, name and source line from it), held weakly.
     """
 
-    def __init__(self, fun: Callable, donated: tuple[frozenset, frozenset], plan: bool = False):
+    def __init__(
+        self,
+        fun: Callable,
+        donated: tuple[frozenset, frozenset],
+        plan: bool = False,
+        measure: Callable[[tuple], bool] | None = None,
+    ):
         try:
             self._ref = weakref.ref(fun)
         except TypeError:  # not weakly referenceable: held strongly, never cached
@@ -92,6 +98,11 @@ class _Body:
         self._plan = plan  # compute the whole-program memory plan (report, dumps)
         self._warned = plan  # a report states a fallback itself
         self.sessions: list[Session] | None = [] if plan else None
+        # signatures (see _signature) this body has compiled; `measure(signature)`: whether a
+        # compilation may measure kernels (a report of a compiled signature may not: it shows
+        # the decisions that program was compiled with)
+        self.compiled: set[tuple] = set()
+        self._measure = measure or (lambda signature: True)
         self.__name__ = getattr(fun, "__name__", type(fun).__name__)
         self.__qualname__ = getattr(fun, "__qualname__", self.__name__)
         self.__module__ = getattr(fun, "__module__", None)
@@ -124,6 +135,7 @@ class _Body:
                 a, k = jax.tree.unflatten(treedef, leaves)
                 return fun(*a, **k)
 
+            signature = _signature(treedef, flat, dynamic)
             start = time.perf_counter()
             # jax explains cache misses of the traced function (this body, named as fun), not
             # of the pipeline's own traces
@@ -134,9 +146,10 @@ class _Body:
             outs, session = self._run(
                 closed,
                 [False] * len(lifted) + [donated[i] for i in dynamic],
-                traced,
+                traced if self._measure(signature) else None,
                 lifted + tracers,
             )
+            self.compiled.add(signature)
             session.seconds = {"trace": traced, **session.seconds}
             _record(session.seconds)
             if self.sessions is not None:
@@ -154,9 +167,10 @@ class _Body:
         )
         return [bool(m) for m in jax.tree.leaves(marks)]
 
-    def _run(self, closed, donated: list[bool], traced: float, args: list):
+    def _run(self, closed, donated: list[bool], traced: float | None, args: list):
         """The optimized program's results on `args` (bound into jax.jit's trace) and its
-        Session; on a pipeline failure, `closed`'s own results."""
+        Session; on a pipeline failure, `closed`'s own results. `traced`: the trace's seconds,
+        None where no kernel may be measured."""
         try:
             with jax.explain_cache_misses(False):
                 program, session = compile_jaxpr(
@@ -184,6 +198,23 @@ class _Body:
             JgsessFallbackWarning,
             stacklevel=3,
         )
+
+
+def _signature(treedef, flat: list, dynamic: list[int]) -> tuple:
+    """What tells one compilation of a body from another: the tree, the arrays' types, and the
+    other leaves (static arguments; by identity where they are not hashable)."""
+    arrays = {i: jax.typeof(flat[i]) for i in dynamic}
+    leaves = []
+    for i, leaf in enumerate(flat):
+        if i in arrays:
+            leaves.append(arrays[i])
+            continue
+        try:
+            hash(leaf)
+            leaves.append(leaf)
+        except TypeError:
+            leaves.append(id(leaf))
+    return (treedef, tuple(leaves))
 
 
 def _record(seconds: dict[str, float]) -> None:
@@ -262,16 +293,20 @@ def jit(fun=_SIGNATURE.parameters["fun"].default, /, **options):
     jitted._jgsess_body = body
     jitted.plain = lambda: plain
     jitted.plain.__doc__ = "`jax.jit` of the same function and options: the baseline."
-    jitted.report = functools.partial(_report, fun, donated, options, plain)
+    jitted.report = functools.partial(_report, fun, body, options, plain)
     return jitted
 
 
 jit.__signature__ = _SIGNATURE.replace(return_annotation="jax.jit's compiled function")
 
 
-def _report(fun, donated, options, plain, *args, **kwargs) -> Report:
-    """What the pipeline did for these arguments: passes, fusions, kernels, memory, times."""
-    body = _Body(fun, donated, plan=True)
+def _report(fun, compiled: _Body, options, plain, *args, **kwargs) -> Report:
+    """What the pipeline did for these arguments: passes, fusions, kernels, memory, times. For
+    arguments `compiled` has already compiled, the decisions that program was compiled with:
+    kernels it left unmeasured stay unmeasured here (their measurement would change the
+    program, not report it)."""
+    donated = (compiled._donate_nums, compiled._donate_names)
+    body = _Body(fun, donated, plan=True, measure=lambda s: s not in compiled.compiled)
     fused = jax.jit(body, **options)
     fused.trace(*args, **kwargs)
     return Report(body.sessions[-1], fused, plain, args, kwargs)

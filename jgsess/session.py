@@ -44,13 +44,14 @@ def compile_jaxpr(
     donated,
     platform: str | None = None,
     plan: bool = False,
-    traced: float = 0.0,
+    traced: float | None = 0.0,
 ):
     """Optimize `closed`; returns (program, Session), where `program(args)` binds the optimized
     program into the current trace (`emit.evaluate`). Raises on pipeline failure.
 
     `plan` asks for the whole-program memory plan (for the report; `JGSESS_DUMP` asks too);
-    `traced` is how long the function took to trace (kernel measurements get a share of it).
+    `traced` is how long the function took to trace (kernel measurements get a share of it;
+    None: measure none, decide by the cached measurements alone).
     """
     start = time.perf_counter()
     platform = platform or jax.default_backend()
@@ -62,7 +63,7 @@ def compile_jaxpr(
         verify=_config.verify(),
         dump_dir=os.path.join(dump, f"{name}-{next(_dump_counter)}") if dump else None,
         plan=plan or bool(dump),
-        autotune_budget=autotune.budget(traced),
+        autotune_budget=0.0 if traced is None else autotune.budget(traced),
     )
     records = run_pipeline(graph, default_pipeline(), ctx)
     session = Session(

@@ -2,6 +2,7 @@
 report; the choice taken (kernel or XLA's code) gives jax.jit's numbers either way."""
 
 import json
+import time
 
 import jax
 import jax.numpy as jnp
@@ -93,6 +94,36 @@ def test_clear_cache_and_the_switches(tuning, monkeypatch):
     assert not batch_norm_fusions(report)
     reasons = {r for _, kernel, r in report.session.record.declined if kernel.startswith("batch")}
     assert reasons == {"not measured yet (this compilation's measuring budget was spent)"}
+
+
+def test_the_report_of_a_compiled_step_shows_its_decisions_and_measures_nothing(
+    tuning, monkeypatch
+):
+    calls = []
+    fake_times(monkeypatch, 1.0, 2.0, calls)
+    measure = autotune.measure
+    monkeypatch.setattr(autotune, "measure", lambda *a: (time.sleep(0.1), measure(*a))[1])
+    monkeypatch.setenv("JGSESS_AUTOTUNE_BUDGET", "0.05")  # one measurement per compilation
+    relu, relu_args = linen_step(Block(), X)
+    add, add_args = linen_step(Block(residual="left"), X, X * 0.5)
+
+    def step(a, b):
+        return relu(*a), add(*b)
+
+    compiled = jgsess.jit(step)
+    jax.block_until_ready(compiled(relu_args, add_args))
+    assert len(calls) == 1
+    report = compiled.report(relu_args, add_args)
+    assert len(calls) == 1  # the program compiled with one of the two measured
+    assert sum(batch_norm_fusions(report).values()) == 2
+    reasons = {r for _, kernel, r in report.session.record.declined if kernel.startswith("batch")}
+    assert reasons == {"not measured yet (this compilation's measuring budget was spent)"}
+    other = (relu_args[:2] + (X * 2,) + relu_args[3:], add_args)
+    compiled.report(*other)  # other arguments, same shapes: still that program
+    assert len(calls) == 1
+    small = (relu_args[:2] + (X[:2],) + relu_args[3:], add_args[:2] + (X[:2], X[:2]))
+    compiled.report(*small)
+    assert len(calls) == 2  # new shapes, never compiled: the report measures as a call would
 
 
 def test_the_budget_is_a_share_of_the_trace_unless_set(monkeypatch):
