@@ -88,7 +88,7 @@ class _Body:
         fun: Callable,
         donated: tuple[frozenset, frozenset],
         plan: bool = False,
-        measure: Callable[[tuple], bool] | None = None,
+        reports: _Body | None = None,
     ):
         try:
             self._ref = weakref.ref(fun)
@@ -98,11 +98,11 @@ class _Body:
         self._plan = plan  # compute the whole-program memory plan (report, dumps)
         self._warned = plan  # a report states a fallback itself
         self.sessions: list[Session] | None = [] if plan else None
-        # signatures (see _signature) this body has compiled; `measure(signature)`: whether a
-        # compilation may measure kernels (a report of a compiled signature may not: it shows
-        # the decisions that program was compiled with)
+        # signatures (see _signature) this body has compiled; a report's body (`reports`: the
+        # body it reports on) measures no kernel for a signature that body compiled, so it shows
+        # the decisions that program was compiled with
         self.compiled: set[tuple] = set()
-        self._measure = measure or (lambda signature: True)
+        self._reports = reports
         self.__name__ = getattr(fun, "__name__", type(fun).__name__)
         self.__qualname__ = getattr(fun, "__qualname__", self.__name__)
         self.__module__ = getattr(fun, "__module__", None)
@@ -146,7 +146,9 @@ class _Body:
             outs, session = self._run(
                 closed,
                 [False] * len(lifted) + [donated[i] for i in dynamic],
-                traced if self._measure(signature) else None,
+                None
+                if self._reports is not None and signature in self._reports.compiled
+                else traced,
                 lifted + tracers,
             )
             self.compiled.add(signature)
@@ -203,18 +205,19 @@ class _Body:
 def _signature(treedef, flat: list, dynamic: list[int]) -> tuple:
     """What tells one compilation of a body from another: the tree, the arrays' types, and the
     other leaves (static arguments; by identity where they are not hashable)."""
-    arrays = {i: jax.typeof(flat[i]) for i in dynamic}
-    leaves = []
-    for i, leaf in enumerate(flat):
-        if i in arrays:
-            leaves.append(arrays[i])
-            continue
-        try:
-            hash(leaf)
-            leaves.append(leaf)
-        except TypeError:
-            leaves.append(id(leaf))
-    return (treedef, tuple(leaves))
+    arrays = set(dynamic)
+    return (
+        treedef,
+        tuple(jax.typeof(x) if i in arrays else _hashable(x) for i, x in enumerate(flat)),
+    )
+
+
+def _hashable(leaf):
+    try:
+        hash(leaf)
+    except TypeError:
+        return id(leaf)
+    return leaf
 
 
 def _record(seconds: dict[str, float]) -> None:
@@ -306,7 +309,7 @@ def _report(fun, compiled: _Body, options, plain, *args, **kwargs) -> Report:
     kernels it left unmeasured stay unmeasured here (their measurement would change the
     program, not report it)."""
     donated = (compiled._donate_nums, compiled._donate_names)
-    body = _Body(fun, donated, plan=True, measure=lambda s: s not in compiled.compiled)
+    body = _Body(fun, donated, plan=True, reports=compiled)
     fused = jax.jit(body, **options)
     fused.trace(*args, **kwargs)
     return Report(body.sessions[-1], fused, plain, args, kwargs)
