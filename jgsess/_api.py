@@ -89,6 +89,7 @@ class _Body:
         donated: tuple[frozenset, frozenset],
         plan: bool = False,
         reports: _Body | None = None,
+        compiler_options: tuple = (),
     ):
         try:
             self._ref = weakref.ref(fun)
@@ -96,6 +97,7 @@ class _Body:
             self._ref = lambda: fun
         self._donate_nums, self._donate_names = donated
         self._plan = plan  # compute the whole-program memory plan (report, dumps)
+        self._compiler_options = compiler_options  # jax.jit's, as sorted (name, value) pairs
         self._warned = plan  # a report states a fallback itself
         self.sessions: list[Session] | None = [] if plan else None
         # signatures (see _signature) this body has compiled; a report's body (`reports`: the
@@ -176,7 +178,12 @@ class _Body:
         try:
             with jax.explain_cache_misses(False):
                 program, session = compile_jaxpr(
-                    closed, name=self.__name__, donated=donated, plan=self._plan, traced=traced
+                    closed,
+                    name=self.__name__,
+                    donated=donated,
+                    plan=self._plan,
+                    traced=traced,
+                    compiler_options=dict(self._compiler_options),
                 )
             emitting = time.perf_counter()
             outs = program(args)
@@ -243,18 +250,20 @@ def _lift_traced_consts(closed):
     return _compat.ClosedJaxpr(new, [c for _, c in keep]), [c for _, c in lift]
 
 
-# fun -> {(donated positions, donated names): its _Body}; the body holds fun weakly
+# fun -> {((donated positions, donated names), compiler options): its _Body}; the body holds
+# fun weakly
 _BODIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _body(fun: Callable, donated: tuple[frozenset, frozenset]) -> _Body:
+def _body(fun: Callable, donated: tuple[frozenset, frozenset], compiler_options: tuple) -> _Body:
     try:
         bodies = _BODIES.setdefault(fun, {})
     except TypeError:  # not hashable or not weakly referenceable
-        return _Body(fun, donated)
-    if donated not in bodies:
-        bodies[donated] = _Body(fun, donated)
-    return bodies[donated]
+        return _Body(fun, donated, compiler_options=compiler_options)
+    key = (donated, compiler_options)
+    if key not in bodies:
+        bodies[key] = _Body(fun, donated, compiler_options=compiler_options)
+    return bodies[key]
 
 
 def jit(fun=_SIGNATURE.parameters["fun"].default, /, **options):
@@ -290,7 +299,8 @@ def jit(fun=_SIGNATURE.parameters["fun"].default, /, **options):
         warnings.simplefilter("ignore")  # its warnings come once, from the jax.jit below
         plain = jax.jit(fun, **options)
     donated = _donation(fun, options)
-    body = _body(fun, donated)
+    compiler_options = tuple(sorted((options.get("compiler_options") or {}).items()))
+    body = _body(fun, donated, compiler_options)
     jitted = jax.jit(body, **options)
     jitted.__wrapped__ = fun
     jitted._jgsess_body = body
@@ -309,7 +319,9 @@ def _report(fun, compiled: _Body, options, plain, *args, **kwargs) -> Report:
     kernels it left unmeasured stay unmeasured here (their measurement would change the
     program, not report it)."""
     donated = (compiled._donate_nums, compiled._donate_names)
-    body = _Body(fun, donated, plan=True, reports=compiled)
+    body = _Body(
+        fun, donated, plan=True, reports=compiled, compiler_options=compiled._compiler_options
+    )
     fused = jax.jit(body, **options)
     fused.trace(*args, **kwargs)
     return Report(body.sessions[-1], fused, plain, args, kwargs)

@@ -91,8 +91,9 @@ def adamw(
       learning_rate: a float, or a schedule `step -> learning rate`.
       b1, b2: decay rates of the first and second moments.
       eps, eps_root: added outside and inside the square root of the second moment.
-      mu_dtype: dtype of the first moment (None: the parameters'). The kernels keep f32 state;
-        with another dtype the update runs as XLA's code.
+      mu_dtype: dtype of the first moment (None: the parameters'). The kernels read and write
+        a bf16 moment where XLA computes its decay in f32 (passes/widen.py); otherwise the
+        update runs as XLA's code.
       weight_decay: decoupled weight decay, multiplied by the learning rate.
       mask: a tree of bools (or a function of the params giving one): where to decay.
       nesterov: Nesterov momentum (runs as XLA's code: no kernel computes it).
@@ -128,7 +129,8 @@ def sgd(
     accumulator_dtype=None,
 ) -> optax.GradientTransformationExtraArgs:
     """SGD as `optax.sgd` (same arguments, state and numbers); with `momentum` (and
-    `nesterov`) the update is fused. `accumulator_dtype` other than f32 runs as XLA's code."""
+    `nesterov`) the update is fused; a bf16 `accumulator_dtype` too (without `nesterov`, whose
+    look-ahead uses the unrounded momentum), where XLA computes its decay in f32."""
     inner = optax.sgd(learning_rate, momentum, nesterov, accumulator_dtype)
     return _fused("jgsess.optim.sgd", inner)
 

@@ -135,17 +135,20 @@ inline float Widen(Bf16Bits x) { return Bf16ToF32(x.bits); }
 inline void Narrow(float x, float* d) { *d = x; }
 inline void Narrow(float x, Bf16Bits* d) { d->bits = F32ToBf16(x); }
 
-// The optimizers' layout, (p, g, state...) -> (p', state'...) with f32 state: runs
+// The optimizers' layout, (p, g, state...) -> (p', state'...): runs
 // body(p, g, state, p_out, state_out, n) on all cores, where p, g and p_out point to T = float
-// or T = Bf16Bits and state[k], state_out[k] to f32. Where p, g and p' are bf16 the body reads
-// and writes them in place, converting in registers (staging them through scratch, as
-// RunMultiTensor does, cost a third of the step: BERT-base momentum 65 ms against XLA's 48);
-// other narrow types (f16, or p and g of different types) are staged.
+// or T = Bf16Bits and state[k], state_out[k] to f32. Where p, g and p' are bf16 and the state
+// f32 the body reads and writes them in place, converting in registers (staging them through
+// scratch, as RunMultiTensor does, cost a third of the step: BERT-base momentum 65 ms against
+// XLA's 48); other narrow types (f16, p and g of different types, bf16/f16 state) are staged.
 template <int kIn, int kOut, typename Body>
 void RunOptimizer(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut>>& tensors,
                   Body body) {
   auto bf16 = [](const TensorSlots<kIn, kOut>& s) {
-    return s.in_type[0] == DataType::BF16 && s.in_type[1] == DataType::BF16 &&
+    bool f32_state = true;
+    for (int k = 2; k < kIn; ++k) f32_state &= s.in_type[k] == DataType::F32;
+    for (int k = 1; k < kOut; ++k) f32_state &= s.out_type[k] == DataType::F32;
+    return f32_state && s.in_type[0] == DataType::BF16 && s.in_type[1] == DataType::BF16 &&
            s.out_type[0] == DataType::BF16;
   };
   auto staged = [&](const float* const* in, float* const* out, int64_t n) {

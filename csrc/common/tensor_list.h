@@ -4,7 +4,7 @@
 // buffers per tensor; its remaining results are kOut buffers per tensor, tensor after tensor.
 // Every buffer of a tensor has the same number of elements; each may be f32, bf16 or f16
 // (kernels compute in f32: narrower operands are widened exactly, narrower results rounded to
-// nearest even, as XLA's convert does), unless the kernel asks for f32 in that slot. Everything
+// nearest even, as XLA's convert does). Everything
 // is checked before a handler writes anything: a malformed call is an error, never a crash.
 #pragma once
 
@@ -87,11 +87,10 @@ ffi::ErrorOr<HyperPtrs<Hyper>> ParseHyper(const char* kernel, Args& args) {
   return hyper;
 }
 
-// A buffer of `size` elements (any size when size < 0) of a kernel float type, f32 if `f32`.
-inline ffi::Error CheckFloat(const char* kernel, const Buffer& b, int64_t size, bool f32,
-                             const char* what) {
+// A buffer of `size` elements (any size when size < 0) of a kernel float type.
+inline ffi::Error CheckFloat(const char* kernel, const Buffer& b, int64_t size, const char* what) {
   const DataType type = b.element_type();
-  if (!IsKernelFloat(type) || (f32 && type != DataType::F32)) {
+  if (!IsKernelFloat(type)) {
     return InvalidArgument(std::string(kernel) + ": unsupported " + what + " dtype");
   }
   if (size >= 0 && static_cast<int64_t>(b.element_count()) != size) {
@@ -101,12 +100,10 @@ inline ffi::Error CheckFloat(const char* kernel, const Buffer& b, int64_t size, 
 }
 
 // Parses args[first..] (kIn per tensor) and rets[0..] (kOut per tensor; none when rets is
-// null). `f32_in` / `f32_out` are bit masks of slots that must hold f32 (optimizer state).
+// null).
 template <int kIn, int kOut>
 ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kernel, Args& args,
-                                                               size_t first, Rets* rets,
-                                                               unsigned f32_in = 0,
-                                                               unsigned f32_out = 0) {
+                                                               size_t first, Rets* rets) {
   if (args.size() < first) return Invalid(kernel, "too few operands");
   const size_t operands = args.size() - first, results = rets ? rets->size() : 0;
   if (operands % kIn != 0 || results * kIn != operands * kOut) {
@@ -119,7 +116,7 @@ ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kerne
       auto arg = args.get<Buffer>(first + kIn * t + k);
       if (arg.has_error()) return ffi::Unexpected(arg.error());
       if (k == 0) slots.size = static_cast<int64_t>(arg->element_count());
-      auto ok = CheckFloat(kernel, *arg, slots.size, (f32_in >> k) & 1, "operand");
+      auto ok = CheckFloat(kernel, *arg, slots.size, "operand");
       if (ok.failure()) return ffi::Unexpected(ok);
       slots.in[k] = arg->untyped_data();
       slots.in_type[k] = arg->element_type();
@@ -127,7 +124,7 @@ ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kerne
     for (int k = 0; k < kOut; ++k) {
       auto ret = rets->get<Buffer>(kOut * t + k);
       if (ret.has_error()) return ffi::Unexpected(ret.error());
-      auto ok = CheckFloat(kernel, **ret, slots.size, (f32_out >> k) & 1, "result");
+      auto ok = CheckFloat(kernel, **ret, slots.size, "result");
       if (ok.failure()) return ffi::Unexpected(ok);
       slots.out[k] = (*ret)->untyped_data();
       slots.out_type[k] = (*ret)->element_type();

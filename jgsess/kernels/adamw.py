@@ -2,8 +2,8 @@
 
 Operands: ten rank-0 f32 hyper-parameters, then (p, g, m, v) per tensor. Results: (p', m', v')
 per tensor, each written over its operand when the memory planner allows. Static param `flags`
-picks the form; with UPDATE the first result is optax's update -(lr*u) instead of p'. p and g
-may be bf16/f16 (widened exactly, p' rounded back to p's dtype); m and v are f32. The C++
+picks the form; with UPDATE the first result is optax's update -(lr*u) instead of p'. Each of
+p, g, m and v may be bf16/f16 (widened exactly; p', m', v' rounded back to their dtypes). The C++
 handlers (csrc/kernels/adamw/) compute `update` below in the same order, except that they
 multiply by per-call reciprocals where it divides by bc1, bc2 and norm, as XLA's CPU code does
 for `x / scalar` (bit for bit with `update` under XLA: benchmarks/optimizer_ulp.py); under
@@ -88,9 +88,13 @@ def reference(*operands, flags):
     outs = []
     for i in range(0, len(tensors), 4):
         p, g, m, v = tensors[i : i + 4]
-        f32 = [x.astype(jnp.float32) for x in (p, g)]
-        p2, m2, v2 = update(*f32, m, v, *scalars, flags=flags)
-        outs += [p2 if flags & UPDATE else p2.astype(p.dtype), m2, v2]
+        f32 = [x.astype(jnp.float32) for x in (p, g, m, v)]
+        p2, m2, v2 = update(*f32, *scalars, flags=flags)
+        outs += [
+            p2 if flags & UPDATE else p2.astype(p.dtype),
+            m2.astype(m.dtype),
+            v2.astype(v.dtype),
+        ]
     return tuple(outs)
 
 

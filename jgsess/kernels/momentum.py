@@ -4,8 +4,9 @@
 Operands: four rank-0 f32 hyper-parameters (lr, mu, wd, scale), then (p, g, acc) per tensor.
 Results: (p', acc') per tensor. Static param `flags` adds weight decay (p*wd + g), a gradient
 scale (a loss scale's reciprocal) and Nesterov's look-ahead; with UPDATE the first result is
-optax's update -(lr*d) instead of p'. p and g may be bf16/f16; acc is
-f32. The C++ handlers (csrc/kernels/momentum/) compute `update` below in the same order.
+optax's update -(lr*d) instead of p'. p, g and acc may each be bf16/f16 (widened exactly; p'
+and acc' rounded back to their dtypes). The C++ handlers (csrc/kernels/momentum/) compute
+`update` below in the same order.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ def reference(*operands, flags):
     outs = []
     for i in range(0, len(tensors), 3):
         p, g, acc = tensors[i : i + 3]
-        p2, acc2 = update(p.astype(jnp.float32), g.astype(jnp.float32), acc, *scalars, flags=flags)
-        outs += [p2 if flags & UPDATE else p2.astype(p.dtype), acc2]
+        f32 = [x.astype(jnp.float32) for x in (p, g, acc)]
+        p2, acc2 = update(*f32, *scalars, flags=flags)
+        outs += [p2 if flags & UPDATE else p2.astype(p.dtype), acc2.astype(acc.dtype)]
     return tuple(outs)
 
 

@@ -5,7 +5,8 @@ the parameter, the gradient and the optimizer state. Results per tensor: the new
 optax's update, under the kernel's UPDATE flag) and the new state, each over its operand's
 buffer. Under jax.vmap the hyper-parameters may hold one value per member of the batch (shape
 (members,)); every tensor then leads with the member axis and each part gets its member's.
-The parameter and gradient may be bf16/f16; the state is f32.
+Each of the parameter, the gradient and the state buffers may be bf16/f16: the kernels widen
+them exactly, compute in f32, and round the results to their operands' dtypes.
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ def update_kernel(
         return out
 
     def narrowable(static) -> tuple:
-        # p folds with p' (not with an update, whose dtype does not follow p's); g on its own
-        return ((1, None),) if static["flags"] & update_flag else ((0, 0), (1, None))
+        # p folds with p' (not with an update, whose dtype does not follow p's); g on its own;
+        # each state slot with its new state
+        first = ((1, None),) if static["flags"] & update_flag else ((0, 0), (1, None))
+        return first + tuple((operand, k + 1) for k, operand in enumerate(state))
 
     def batched_reference(*operands, **static):
         # hyper-parameters with one value per member (see spec.py's batching rule): the

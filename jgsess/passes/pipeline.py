@@ -13,6 +13,7 @@ from . import (
     plan,
     select,
     transposes,
+    widen,
 )
 from .fusions import (
     fold_clip,
@@ -31,6 +32,7 @@ def default_pipeline() -> list[Pass]:
         # optimize: device-independent rewrites (GPUSession::Optimize)
         canonicalize.PASS,
         casts.PASS,
+        widen.PASS,
         transposes.PAIR_PASS,
         transposes.DEDUP_PASS,
         add_any.PASS,

@@ -48,14 +48,15 @@ def call(target, operands, results, **attrs):
     return lambda: jax.block_until_ready(fn(*operands, **attrs))
 
 
-def multi_tensor(target, hyper, kin, kout, f32_in, f32_out, flags):
+def multi_tensor(target, hyper, kin, kout, flags):
     """Well-formed and malformed calls of a multi-tensor kernel: `hyper` rank-0 f32 operands,
-    kin operands and kout results per tensor, f32 in the slots `f32_in` / `f32_out`."""
+    kin operands and kout results per tensor (bf16; f32 and f16 in the second well-formed
+    call)."""
     scalars = [jnp.float32(0.5)] * hyper
 
-    def tensor(n=N, bad_in=None, bad_out=None):
-        ins = [array((n,), F32 if k in f32_in else BF16) for k in range(kin)]
-        outs = [spec((n,), F32 if k in f32_out else BF16) for k in range(kout)]
+    def tensor(n=N, bad_in=None, bad_out=None, dtype=BF16):
+        ins = [array((n,), dtype) for _ in range(kin)]
+        outs = [spec((n,), dtype) for _ in range(kout)]
         if bad_in:
             ins[bad_in[0]] = bad_in[1]
         if bad_out:
@@ -69,7 +70,10 @@ def multi_tensor(target, hyper, kin, kout, f32_in, f32_out, flags):
         return call(target, [*scalars, *ins, *extra_in], [*outs, *extra_out], **attrs)
 
     no_operands = call(target, [], [], **({"flags": flags} if flags is not None else {}))
-    good = {"well formed": case(tensor(), tensor(7))}
+    good = {
+        "well formed": case(tensor(), tensor(7)),
+        "f32 and f16 tensors": case(tensor(dtype=F32), tensor(7, dtype=F16)),
+    }
     bad = {
         "an operand short": case(tensor(), extra_in=[array((N,), F32)]),
         "a result short": case(tensor(), extra_out=[spec((N,), F32)]),
@@ -79,9 +83,6 @@ def multi_tensor(target, hyper, kin, kout, f32_in, f32_out, flags):
         "an integer operand": case(tensor(bad_in=(0, array((N,), I32)))),
         "an integer result": case(tensor(bad_out=(0, spec((N,), I32)))),
     }
-    if f32_in:
-        bad["bf16 state"] = case(tensor(bad_in=(max(f32_in), array((N,), BF16))))
-        bad["bf16 new state"] = case(tensor(bad_out=(max(f32_out), spec((N,), BF16))))
     if hyper:
         bad["no operands"] = no_operands
         bad["hyper-parameters missing"] = case(scalars=scalars[:-1])

@@ -36,8 +36,9 @@ def assert_custom_call(spec, fn, *args, device=None):
 
 
 def check(spec, operands, rtol=1e-6, atol=1e-8, device=None, **static):
-    """The kernel equals the reference on `operands` (results compared as f32), and the
-    kernel's custom call is what ran."""
+    """The kernel equals the reference on `operands` (results compared as f32; a bf16/f16
+    result within one unit of its last place, since an f32 value one ulp apart may round the
+    other way), and the kernel's custom call is what ran."""
     if device is not None:
         operands = jax.device_put(operands, device)
         # poison the allocator: results must overwrite every element of a reused buffer
@@ -47,5 +48,11 @@ def check(spec, operands, rtol=1e-6, atol=1e-8, device=None, **static):
     got = fn(*operands)
     want = list(reference_fn(spec, **static)(*operands))
     assert [g.dtype for g in got] == [w.dtype for w in want]
-    f32 = lambda xs: [x.astype(jnp.float32) for x in xs]  # noqa: E731
-    assert_trees_close(f32(got), f32(want), rtol=rtol, atol=atol)
+    for g, w in zip(got, want):
+        narrow = jnp.finfo(g.dtype) if g.dtype in (jnp.bfloat16, jnp.float16) else None
+        f32 = [x.astype(jnp.float32) for x in (g, w)]
+        if narrow is None:
+            assert_trees_close(*f32, rtol=rtol, atol=atol)
+        else:  # one ulp, subnormals' too
+            ulp, tiny = float(narrow.eps), float(narrow.smallest_subnormal)
+            assert_trees_close(*f32, rtol=max(rtol, ulp), atol=max(atol, tiny))

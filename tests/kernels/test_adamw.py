@@ -11,7 +11,9 @@ from tests.kernels.bad_calls import multi_tensor
 from tests.kernels.common import SIZES, check, kernel_fn, reference_fn
 
 
-def operands(sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32, keep=0.0):
+def operands(
+    sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32, keep=0.0, state_dtype=jnp.float32
+):
     keys = iter(jax.random.split(jax.random.PRNGKey(seed), 64))
     step, b1, b2 = 3, 0.9, 0.999
     scalars = [b1, 1 - b1, b2, 1 - b2, 1 - b1**step, 1 - b2**step, 1e-8, 1e-12, 1e-2, 1e-3]
@@ -20,8 +22,8 @@ def operands(sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32, keep=0.0):
     for shape in sizes:
         p = jax.random.normal(next(keys), shape).astype(p_dtype)
         g = (0.1 * jax.random.normal(next(keys), shape)).astype(g_dtype)
-        m = 0.01 * jax.random.normal(next(keys), shape)
-        v = 1e-4 * jax.random.uniform(next(keys), shape)
+        m = (0.01 * jax.random.normal(next(keys), shape)).astype(state_dtype)
+        v = (1e-4 * jax.random.uniform(next(keys), shape)).astype(state_dtype)
         tensors += [p, g, m, v]
     return [jnp.float32(s) for s in scalars] + tensors
 
@@ -46,6 +48,17 @@ def test_mixed_precision_parameters_and_gradients(p_dtype, g_dtype):
     ops = operands([(5,), (20_001,)], seed=3, p_dtype=p_dtype, g_dtype=g_dtype)
     check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW)
     check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW | adamw.UPDATE)
+
+
+@pytest.mark.parametrize("state_dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16])
+def test_narrow_moments(state_dtype, p_dtype):
+    # optax's mu_dtype: read widened, m' and v' rounded to their dtypes
+    ops = operands([(5,), (20_001,), (70_001,)], 4, p_dtype, p_dtype, state_dtype=state_dtype)
+    check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW)
+    check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAM | adamw.UPDATE)
+    only_m = ops[:13] + [x if i % 4 != 3 else x.astype(jnp.float32) for i, x in enumerate(ops[13:])]
+    check(adamw.SPEC, only_m, flags=adamw.OPTAX_ADAMW)
 
 
 def test_mixed_dtypes_in_one_call():
@@ -125,11 +138,12 @@ def test_a_spec_without_a_compiled_kernel_lowers_to_its_reference():
 @pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16])
 def test_cuda_kernel_matches_reference(flags, p_dtype):
     sizes = SIZES + [(1 << 20,), (3, 70_001)] + [(17,)] * 200  # several launches
-    ops = operands(sizes, seed=flags, p_dtype=p_dtype)
-    check(adamw.SPEC, ops, rtol=2e-6, device=jax.devices("gpu")[0], flags=flags)
+    for state_dtype in (jnp.float32, jnp.bfloat16):
+        ops = operands(sizes, seed=flags, p_dtype=p_dtype, state_dtype=state_dtype)
+        check(adamw.SPEC, ops, rtol=2e-6, device=jax.devices("gpu")[0], flags=flags)
 
 
 def malformed_calls():
     """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
-    results per tensor, the f32 slots, flags."""
-    return {"jgsess_adamw": multi_tensor("jgsess_adamw", 13, 4, 3, {2, 3}, {1, 2}, flags=7)}
+    results per tensor, flags."""
+    return {"jgsess_adamw": multi_tensor("jgsess_adamw", 13, 4, 3, flags=7)}

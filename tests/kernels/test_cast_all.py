@@ -54,4 +54,4 @@ def test_cuda_kernel_matches_reference():
 def malformed_calls():
     """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
     results per tensor, the f32 slots, flags."""
-    return {"jgsess_cast_all": multi_tensor("jgsess_cast_all", 0, 1, 1, set(), set(), flags=None)}
+    return {"jgsess_cast_all": multi_tensor("jgsess_cast_all", 0, 1, 1, flags=None)}

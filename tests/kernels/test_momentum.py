@@ -9,7 +9,7 @@ from tests.kernels.bad_calls import multi_tensor
 from tests.kernels.common import SIZES, check
 
 
-def operands(sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32):
+def operands(sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32, acc_dtype=jnp.float32):
     keys = iter(jax.random.split(jax.random.PRNGKey(seed), 64))
     scalars = [jnp.float32(s) for s in (0.05, 0.9, 1e-3, 1 / 512)]
     tensors = []
@@ -17,7 +17,7 @@ def operands(sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32):
         tensors += [
             jax.random.normal(next(keys), shape).astype(p_dtype),
             (0.1 * jax.random.normal(next(keys), shape)).astype(g_dtype),
-            0.01 * jax.random.normal(next(keys), shape),
+            (0.01 * jax.random.normal(next(keys), shape)).astype(acc_dtype),
         ]
     return scalars + tensors
 
@@ -34,6 +34,15 @@ def test_mixed_precision(p_dtype, g_dtype):
     check(momentum.SPEC, ops, flags=momentum.WEIGHT_DECAY | momentum.SCALE)
 
 
+@pytest.mark.parametrize("acc_dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16])
+def test_narrow_accumulator(acc_dtype, p_dtype):
+    # optax.sgd(accumulator_dtype=...): read widened, acc' rounded to the accumulator's dtype
+    ops = operands([(3,), (33_333,), (70_001,)], 6, p_dtype, p_dtype, acc_dtype)
+    for flags in (0, momentum.NESTEROV, momentum.UPDATE):
+        check(momentum.SPEC, ops, flags=flags)
+
+
 def test_non_finite_values_propagate():
     ops = operands([(4,)])
     ops[5] = ops[5].at[0].set(jnp.nan).at[1].set(jnp.inf)
@@ -47,11 +56,13 @@ def test_inplace_pairs():
 @pytest.mark.gpu
 @pytest.mark.parametrize("flags", [0, momentum.NESTEROV | momentum.WEIGHT_DECAY, 15])
 def test_cuda_kernel_matches_reference(flags):
-    ops = operands(SIZES + [(1 << 20,)] + [(33,)] * 200, flags, jnp.bfloat16, jnp.float16)
-    check(momentum.SPEC, ops, rtol=2e-6, device=jax.devices("gpu")[0], flags=flags)
+    sizes = SIZES + [(1 << 20,)] + [(33,)] * 200
+    for acc_dtype in (jnp.float32, jnp.bfloat16):
+        ops = operands(sizes, flags, jnp.bfloat16, jnp.float16, acc_dtype)
+        check(momentum.SPEC, ops, rtol=2e-6, device=jax.devices("gpu")[0], flags=flags)
 
 
 def malformed_calls():
     """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
-    results per tensor, the f32 slots, flags."""
-    return {"jgsess_momentum": multi_tensor("jgsess_momentum", 4, 3, 2, {2}, {1}, flags=3)}
+    results per tensor, flags."""
+    return {"jgsess_momentum": multi_tensor("jgsess_momentum", 4, 3, 2, flags=3)}

@@ -1,7 +1,7 @@
 // Multi-tensor Adam / AdamW on the CPU: all cores (XLA's intra-op pool), inner loops for the
 // CPU's widest vectors (common/simd.h);
-// bf16 / f16 parameters and gradients are widened on load and rounded on store (bf16 in
-// registers).
+// bf16 / f16 parameters, gradients and moments are widened on load and rounded on store (bf16
+// parameters and gradients in registers).
 #include "common/convert.h"
 #include "common/ffi.h"
 #include "common/simd.h"
@@ -13,8 +13,8 @@ namespace {
 ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flags) {
   auto hyper = ParseHyper<AdamwHyper>("adamw", args);
   if (hyper.has_error()) return hyper.error();
-  // p, g, m, v -> p', m', v'; the moments stay f32
-  auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
+  // p, g, m, v -> p', m', v'
+  auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets);
   if (tensors.has_error()) return tensors.error();
   return DispatchFlags<kAdamwForms>(flags, "adamw", [&]<int64_t kFlags>() {
     return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {

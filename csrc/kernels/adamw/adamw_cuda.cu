@@ -17,23 +17,22 @@ __global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
   const Elem p_type = table.type[0][t], g_type = table.type[1][t], out_type = table.type[4][t];
-  const float* m = static_cast<const float*>(table.ptr[2][t]);
-  const float* v = static_cast<const float*>(table.ptr[3][t]);
-  float* m_out = static_cast<float*>(table.ptr[5][t]);
-  float* v_out = static_cast<float*>(table.ptr[6][t]);
+  const Elem m_type = table.type[2][t], v_type = table.type[3][t];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float p_new;
+    float p_new, m_new, v_new;
     AdamwElement<kFlags>(h, r, LoadF32(table.ptr[0][t], p_type, i),
-                         LoadF32(table.ptr[1][t], g_type, i), m[i], v[i], &p_new, &m_out[i],
-                         &v_out[i]);
+                         LoadF32(table.ptr[1][t], g_type, i), LoadF32(table.ptr[2][t], m_type, i),
+                         LoadF32(table.ptr[3][t], v_type, i), &p_new, &m_new, &v_new);
     StoreF32(table.ptr[4][t], out_type, i, p_new);
+    StoreF32(table.ptr[5][t], table.type[5][t], i, m_new);
+    StoreF32(table.ptr[6][t], table.type[6][t], i, v_new);
   }
 }
 
 ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flags) {
   auto hyper = ParseHyper<AdamwHyper>("adamw", args);
   if (hyper.has_error()) return hyper.error();
-  auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets, 0b1100, 0b110);
+  auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets);
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = cudaSuccess;
   ffi::Error status = DispatchFlags<kAdamwForms>(flags, "adamw", [&]<int64_t kFlags>() {

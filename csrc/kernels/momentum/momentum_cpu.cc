@@ -1,6 +1,6 @@
 // Multi-tensor SGD with momentum on the CPU: all cores, inner loops for the CPU's widest
-// vectors (common/simd.h); bf16 / f16
-// parameters and gradients are widened on load and rounded on store (bf16 in registers).
+// vectors (common/simd.h); bf16 / f16 parameters, gradients and accumulators are widened on
+// load and rounded on store (bf16 parameters and gradients in registers).
 #include "common/convert.h"
 #include "common/ffi.h"
 #include "common/simd.h"
@@ -12,9 +12,8 @@ namespace {
 ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flags) {
   auto hyper = ParseHyper<MomentumHyper>("momentum", args);
   if (hyper.has_error()) return hyper.error();
-  // p, g, acc -> p', acc'; the accumulator stays f32
-  auto tensors =
-      ParseTensors<3, 2>("momentum", args, kHyperCount<MomentumHyper>, &rets, 0b100, 0b10);
+  // p, g, acc -> p', acc'
+  auto tensors = ParseTensors<3, 2>("momentum", args, kHyperCount<MomentumHyper>, &rets);
   if (tensors.has_error()) return tensors.error();
   return DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {
     return ForEachMember("momentum", *hyper, *tensors, [&](const auto& member, const auto& part) {

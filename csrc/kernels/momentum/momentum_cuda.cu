@@ -15,21 +15,21 @@ __global__ void MomentumKernel(MomentumTable table, HyperPtrs<MomentumHyper> hyp
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
   const Elem p_type = table.type[0][t], g_type = table.type[1][t], out_type = table.type[3][t];
-  const float* acc = static_cast<const float*>(table.ptr[2][t]);
-  float* acc_out = static_cast<float*>(table.ptr[4][t]);
+  const Elem acc_type = table.type[2][t];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float p_new;
+    float p_new, acc_new;
     MomentumElement<kFlags>(h, LoadF32(table.ptr[0][t], p_type, i),
-                            LoadF32(table.ptr[1][t], g_type, i), acc[i], &p_new, &acc_out[i]);
+                            LoadF32(table.ptr[1][t], g_type, i),
+                            LoadF32(table.ptr[2][t], acc_type, i), &p_new, &acc_new);
     StoreF32(table.ptr[3][t], out_type, i, p_new);
+    StoreF32(table.ptr[4][t], table.type[4][t], i, acc_new);
   }
 }
 
 ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flags) {
   auto hyper = ParseHyper<MomentumHyper>("momentum", args);
   if (hyper.has_error()) return hyper.error();
-  auto tensors =
-      ParseTensors<3, 2>("momentum", args, kHyperCount<MomentumHyper>, &rets, 0b100, 0b10);
+  auto tensors = ParseTensors<3, 2>("momentum", args, kHyperCount<MomentumHyper>, &rets);
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = cudaSuccess;
   ffi::Error status = DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {

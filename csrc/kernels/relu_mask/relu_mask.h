@@ -39,7 +39,7 @@ inline ffi::ErrorOr<ReluOperands> ParseRelu(const char* kernel, Args& args, size
     auto x = args.get<Buffer>(first + k);
     if (x.has_error()) return ffi::Unexpected(x.error());
     if (k > 0 && x->element_type() != ops.type) return Invalid(kernel, "operands differ in dtype");
-    auto ok = CheckFloat(kernel, *x, ops.size, false, "operand");
+    auto ok = CheckFloat(kernel, *x, ops.size, "operand");
     if (ok.failure()) return ffi::Unexpected(ok);
     ops.data[k] = x->untyped_data();
     ops.type = x->element_type();

@@ -1,0 +1,124 @@
+"""widen-narrow-products: optax's bf16 optimizer state (accumulator_dtype, mu_dtype) reaches the
+optimizer kernels; the rewrite alone never changes what jax.jit's program computes."""
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import optax
+import pytest
+
+import jgsess
+from jgsess.passes import dce, widen
+from tests.helpers import assert_trees_close, evaluate, graph_of, rand, run_passes
+from tests.optax_steps import SHAPES, tree, update_step
+
+BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
+STRICT = {"xla_allow_excess_precision": False}
+
+
+def test_the_probe_reads_what_xla_computes_on_the_cpu():
+    assert widen.xla_widens("cpu", BF16)  # the bf16 product in f32, its rounding dropped
+    assert not widen.xla_widens("cpu", F16)  # an f16 product is rounded
+    assert not widen.xla_widens("cpu", BF16, tuple(STRICT.items()))
+
+
+def decay(acc, g):  # optax's trace update with a bf16 accumulator: g + f32(0.9 * acc)
+    return g + (0.9 * acc).astype(jnp.float32)
+
+
+def test_the_rewritten_program_equals_jax_jit_bit_for_bit():
+    acc, g = rand((4099,), 0).astype(jnp.bfloat16), rand((4099,), 1)
+    graph = graph_of(decay, acc, g)
+    _, (record, _) = run_passes(graph, [widen.PASS, dce.PASS])
+    assert record.rewrites == 1
+    (mul,) = [n for n in graph.live() if n.name == "mul"]
+    assert mul.outputs[0].dtype == np.float32 and mul.inputs[0].const == np.float32(0.8984375)
+    np.testing.assert_array_equal(evaluate(graph, acc, g)[0], jax.jit(decay)(acc, g))
+
+
+@pytest.mark.parametrize(
+    "fn, dtype",
+    [
+        (decay, jnp.float16),  # XLA rounds the f16 product: widening it would change the numbers
+        (lambda acc, g: (lambda d: (g + d.astype(jnp.float32), d))(0.9 * acc), jnp.bfloat16),
+        (lambda acc, g: g + (acc * acc).astype(jnp.float32), jnp.bfloat16),  # not a scaling
+    ],
+    ids=["f16", "product-read-twice", "square"],
+)
+def test_near_misses_are_not_rewritten(fn, dtype):
+    acc, g = rand((37,), 0).astype(dtype), rand((37,), 1)
+    graph = graph_of(fn, acc, g)
+    _, (record,) = run_passes(graph, [widen.PASS])
+    assert record.rewrites == 0
+
+
+OPTIMIZERS = {
+    "sgd-momentum": (optax.sgd(0.1, momentum=0.9, accumulator_dtype=jnp.bfloat16), "momentum"),
+    "sgd-cosine": (
+        optax.sgd(
+            optax.cosine_decay_schedule(0.1, 100), momentum=0.9, accumulator_dtype=jnp.bfloat16
+        ),
+        "momentum",
+    ),
+    "adamw": (optax.adamw(1e-3, weight_decay=1e-2, mu_dtype=jnp.bfloat16), "adamw"),
+    "adam-warmup-cosine": (
+        optax.adam(optax.warmup_cosine_decay_schedule(0.0, 1e-2, 5, 100), mu_dtype=jnp.bfloat16),
+        "adamw",
+    ),
+}
+
+
+def run_steps(opt, steps=3, **options):
+    """jgsess.jit's and jax.jit's steps side by side: their results after each step, and
+    jgsess's report and compiled text."""
+    params = tree(0)
+    step = update_step(opt)
+    fused = jgsess.jit(step, donate_argnums=(0, 1), **options)
+    plain = jax.jit(step, **options)
+    state = opt.init(params)
+    grads = [tree(10 + i, 0.1) for i in range(steps)]
+    report = fused.report(params, state, grads[0])
+    text = fused.lower(params, state, grads[0]).compile().as_text()
+    ours = theirs = (params, state)
+    pairs = []
+    for g in grads:
+        theirs = plain(*theirs, g)
+        ours = fused(*jax.tree.map(jnp.copy, ours), g)
+        pairs.append((ours, theirs))
+    return report, text, pairs
+
+
+def assert_bit_equal(pairs):
+    for ours, theirs in pairs:
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_bf16_state_is_fused_and_keeps_jax_jits_numbers(name):
+    opt, kernel = OPTIMIZERS[name]
+    report, text, pairs = run_steps(opt)
+    assert report.fusions[kernel] == len(SHAPES)
+    assert f'custom_call_target="jgsess_{kernel}"' in text
+    for ours, theirs in pairs:
+        # dtypes kept (the state stays bf16); a bf16 value may land one ulp over where the
+        # kernel's f32 value is an ulp from XLA's
+        assert_trees_close(ours, theirs, rtol=2**-8, atol=1e-7)
+        p_ours, p_theirs = ours[0], theirs[0]
+        assert_trees_close(p_ours, p_theirs, rtol=1e-5, atol=1e-7)
+
+
+def test_bf16_nesterov_is_not_fused():
+    # the trace decays by bf16(0.9) = 0.8984375, the look-ahead by f32 0.9: no one momentum
+    opt = optax.sgd(0.1, momentum=0.9, nesterov=True, accumulator_dtype=jnp.bfloat16)
+    report, text, pairs = run_steps(opt)
+    assert report.fusions["momentum"] == 0 and "jgsess_momentum" not in text
+    assert_bit_equal(pairs)
+
+
+def test_without_excess_precision_xla_rounds_and_nothing_fuses():
+    opt, _ = OPTIMIZERS["sgd-momentum"]
+    report, text, pairs = run_steps(opt, compiler_options=STRICT)
+    assert report.fusions["momentum"] == 0 and "jgsess_momentum" not in text
+    assert_bit_equal(pairs)
