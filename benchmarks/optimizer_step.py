@@ -2,8 +2,10 @@
 optimizers, and the jgsess kernels alone against the machine's in-place ceiling.
 
 For each parameter set (real model shapes, benchmarks/param_sets.py), optimizer (AdamW, SGD
-with momentum 0.9) and parameter dtype (f32; bf16 with f32 optimizer state), these variants run
-one step `(params, state, grads) -> (params, state)` with params and state donated:
+with momentum 0.9) and dtypes (f32; bf16 parameters with f32 optimizer state; f32 parameters
+with a bf16 first moment or accumulator, `bf16-state`: optax's mu_dtype / accumulator_dtype),
+these variants run one step `(params, state, grads) -> (params, state)` with params and state
+donated:
 
   jax.jit            optax's update + apply_updates, compiled by XLA
   jgsess.jit         the same unmodified function, compiled by jgsess.jit
@@ -20,9 +22,9 @@ optimizer's traffic (AdamW: read p, g, m, v and write p, m, v in place; momentum
 acc and write p, acc), measured in the same run on one large tensor, at the start and at the
 end (the better of the two); every variant reports its share of it, and of the STREAM triad
 (a = b + s*c, which also pays write-allocate traffic) as a second column. Bytes counted per
-parameter: AdamW 28 (f32) or 22 (bf16 p and g), momentum 20 or 14.
+parameter: AdamW 28 (f32), 22 (bf16 p and g) or 24 (bf16 m), momentum 20, 14 or 16.
 
-    python benchmarks/optimizer_step.py [--sets resnet50,bert-base] [--dtypes f32,bf16]
+    python benchmarks/optimizer_step.py [--sets resnet50,bert-base] [--dtypes f32,bf16,bf16-state]
         [--optimizers adamw,momentum] [--runs 9] [--out DIR]
 """
 
@@ -47,30 +49,38 @@ import jgsess  # noqa: E402
 from jgsess import _C  # noqa: E402
 from jgsess.kernels import adamw, momentum  # noqa: E402
 
-DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+# name -> (parameter and gradient dtype, dtype of the first state array: m or acc)
+DTYPES = {
+    "f32": (jnp.float32, jnp.float32),
+    "bf16": (jnp.bfloat16, jnp.float32),
+    "bf16-state": (jnp.float32, jnp.bfloat16),
+}
 TRAFFIC = {"adamw": (4, 3), "momentum": (3, 2)}  # arrays read, arrays written back in place
 
 
-def optimizers(dtype):
-    """name -> (optax transformation, jgsess.optim transformation); bf16 params keep f32
-    state (optax's mu_dtype / accumulator_dtype)."""
-    state = {} if dtype == jnp.float32 else {"dtype": jnp.float32}
+def optimizers(state_dtype):
+    """name -> (optax transformation, jgsess.optim transformation), the first moment or the
+    accumulator in `state_dtype` (optax's mu_dtype / accumulator_dtype)."""
     return {
         "adamw": (
-            lambda: optax.adamw(1e-3, weight_decay=1e-4, mu_dtype=state.get("dtype")),
-            lambda: jgsess.optim.adamw(1e-3, weight_decay=1e-4),
+            lambda: optax.adamw(1e-3, weight_decay=1e-4, mu_dtype=state_dtype),
+            lambda: jgsess.optim.adamw(1e-3, weight_decay=1e-4, mu_dtype=state_dtype),
         ),
         "momentum": (
-            lambda: optax.sgd(1e-2, momentum=0.9, accumulator_dtype=state.get("dtype")),
-            lambda: jgsess.optim.sgd(1e-2, momentum=0.9),
+            lambda: optax.sgd(1e-2, momentum=0.9, accumulator_dtype=state_dtype),
+            lambda: jgsess.optim.sgd(1e-2, momentum=0.9, accumulator_dtype=state_dtype),
         ),
     }
 
 
-def bytes_per_param(optimizer: str, dtype) -> int:
+def itemsizes(dtype_name: str) -> tuple[int, int]:
+    return tuple(jnp.dtype(d).itemsize for d in DTYPES[dtype_name])
+
+
+def bytes_per_param(optimizer: str, dtype_name: str) -> int:
     reads, writes = TRAFFIC[optimizer]
-    narrow = jnp.dtype(dtype).itemsize
-    return 2 * narrow + 4 * (reads - 2) + narrow + 4 * (writes - 1)
+    param, state = itemsizes(dtype_name)
+    return 2 * param + state + 4 * (reads - 3) + param + state + 4 * (writes - 2)
 
 
 def log(message: str) -> None:
@@ -85,9 +95,9 @@ def ceilings(n: int = 1 << 24, runs: int = 7) -> dict:
         return {"triad": copy, **{(o, d): copy for o in TRAFFIC for d in DTYPES}}
     out = {"triad": _C.stream_triad_gbps(n, runs)}
     for optimizer, (reads, writes) in TRAFFIC.items():
-        for name, dtype in DTYPES.items():
-            size = jnp.dtype(dtype).itemsize
-            out[optimizer, name] = _C.stream_inplace_gbps(n, reads, writes, size, runs)
+        for name in DTYPES:
+            param, state = itemsizes(name)
+            out[optimizer, name] = _C.stream_inplace_gbps(n, reads, writes, param, state, runs)
     return out
 
 
@@ -135,7 +145,7 @@ class JaxVariant:
 class KernelVariant(JaxVariant):
     """The jgsess kernel alone: its primitive, every result written over its operand."""
 
-    def __init__(self, optimizer, params, grads):
+    def __init__(self, optimizer, params, grads, state_dtype):
         spec, flags = (
             (adamw.SPEC, adamw.OPTAX_ADAMW) if optimizer == "adamw" else (momentum.SPEC, 0)
         )
@@ -157,7 +167,9 @@ class KernelVariant(JaxVariant):
         self.grads = grads
         self.operands = list(self.scalars)
         for p, g in zip(params, grads):
-            self.operands += [jnp.copy(p), g] + [jnp.full(p.shape, 1e-3, jnp.float32)] * state
+            moments = [jnp.full(p.shape, 1e-3, jnp.float32)] * state
+            moments[0] = moments[0].astype(state_dtype)
+            self.operands += [jnp.copy(p), g, *moments]
         self.operands = [jnp.copy(x) for x in self.operands]
         self.base, self.per_tensor = base, per_tensor
 
@@ -219,8 +231,9 @@ def torch_available() -> bool:
     return jax.default_backend() == "cpu"
 
 
-def make_variants(optimizer: str, dtype, params, grads) -> dict:
-    make_optax, make_fused = optimizers(dtype)[optimizer]
+def make_variants(optimizer: str, dtype_name: str, params, grads) -> dict:
+    param_dtype, state_dtype = DTYPES[dtype_name]
+    make_optax, make_fused = optimizers(state_dtype)[optimizer]
     opt = make_optax()
 
     def step(params, state, grads):
@@ -247,17 +260,19 @@ def make_variants(optimizer: str, dtype, params, grads) -> dict:
         "optax.flatten": lambda: JaxVariant(
             jax.jit(flat_step, donate_argnums=(0, 1)), flat.init, params, grads
         ),
-        "kernel": lambda: KernelVariant(optimizer, params, grads),
+        "kernel": lambda: KernelVariant(optimizer, params, grads, state_dtype),
     }
-    if dtype != jnp.float32:
-        del variants["jgsess.optim"], variants["optax.flatten"]  # f32 state of bf16 params
-    if torch_available():
+    if dtype_name != "f32":
+        del variants["optax.flatten"]  # its one vector is one dtype
+    if param_dtype != jnp.float32:
+        del variants["jgsess.optim"]  # f32 state of bf16 params
+    if torch_available() and state_dtype == jnp.float32:  # torch's state has p's dtype
         variants["torch fused"] = lambda: TorchVariant(optimizer, params, grads)
     return variants
 
 
 def run_set(name: str, optimizer: str, dtype_name: str, runs: int, warmup: int) -> dict:
-    dtype = DTYPES[dtype_name]
+    dtype = DTYPES[dtype_name][0]
     shapes = SETS[name]()
     count = sum(math.prod(s) for s in shapes)
     key = jax.random.PRNGKey(0)
@@ -267,7 +282,7 @@ def run_set(name: str, optimizer: str, dtype_name: str, runs: int, warmup: int) 
     ]
     grads = [(p * 0.01 + 1e-3).astype(dtype) for p in params]
     variants = {}
-    for variant, make in make_variants(optimizer, dtype, params, grads).items():
+    for variant, make in make_variants(optimizer, dtype_name, params, grads).items():
         start = time.perf_counter()
         variants[variant] = make()
         for _ in range(warmup):
@@ -295,7 +310,7 @@ def run_set(name: str, optimizer: str, dtype_name: str, runs: int, warmup: int) 
         "dtype": dtype_name,
         "leaves": len(shapes),
         "params": count,
-        "bytes_per_param": bytes_per_param(optimizer, dtype),
+        "bytes_per_param": bytes_per_param(optimizer, dtype_name),
         "ms": {v: t * 1e3 for v, t in medians.items()},
     }
 
@@ -380,7 +395,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--optimizers", default=",".join(TRAFFIC))
-    parser.add_argument("--dtypes", default="f32,bf16")
+    parser.add_argument("--dtypes", default=",".join(DTYPES))
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results")

@@ -41,8 +41,8 @@ double BestSeconds(int repeats, F run) {
 
 int HardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-// Widening / narrowing of the parameter type: f32 as is, bf16 bit patterns by a shift (the
-// probe measures memory traffic, so the narrowing truncates instead of rounding).
+// Widening / narrowing of the parameter or state type: f32 as is, bf16 bit patterns by a shift
+// (the probe measures memory traffic, so the narrowing truncates instead of rounding).
 inline float Widen(float x) { return x; }
 inline float Widen(uint16_t x) {
   const uint32_t bits = static_cast<uint32_t>(x) << 16;
@@ -50,52 +50,54 @@ inline float Widen(uint16_t x) {
   std::memcpy(&f, &bits, sizeof(f));
   return f;
 }
-template <typename Param>
-inline Param Narrow(float x) {
-  if constexpr (sizeof(Param) == sizeof(float)) {
+template <typename T>
+inline T Narrow(float x) {
+  if constexpr (sizeof(T) == sizeof(float)) {
     return x;
   } else {
     uint32_t bits;
     std::memcpy(&bits, &x, sizeof(bits));
-    return static_cast<Param>(bits >> 16);
+    return static_cast<T>(bits >> 16);
   }
 }
 
-// p, g (Param: f32 or bf16 bits) and up to three f32 state arrays; a_k += b*c-like work per
-// element, each written array in place.
-template <typename Param>
+// p, g (Param: f32 or bf16 bits), the first state array (First: f32 or bf16 bits, as optax's
+// mu_dtype / accumulator_dtype) and for AdamW an f32 second one; a += b*c-like work per element,
+// each written array in place.
+template <typename Param, typename First>
 double InplaceSeconds(int64_t n, int reads, int writes, int repeats) {
   const int threads = HardwareThreads();
   std::unique_ptr<Param[]> p(new Param[n]), g(new Param[n]);
-  std::vector<std::unique_ptr<float[]>> state;
-  for (int k = 2; k < reads; ++k) state.emplace_back(new float[n]);
+  std::unique_ptr<First[]> first(new First[n]);
+  std::unique_ptr<float[]> second(reads > 3 ? new float[n] : nullptr);
   Param *pp = p.get(), *pg = g.get();
-  float* ps[3] = {nullptr, nullptr, nullptr};
-  for (int k = 2; k < reads; ++k) ps[k - 2] = state[k - 2].get();
-  const int nstate = reads - 2, wstate = writes - 1;
+  First* pa = first.get();
+  float* pb = second.get();
+  const bool adamw = reads == 4 && writes == 3;  // else momentum: p, acc written
   OnEveryThread(threads, n, [=](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      pp[i] = Narrow<Param>(1.0f), pg[i] = Narrow<Param>(2.0f);
-      for (int k = 0; k < nstate; ++k) ps[k][i] = 0.5f;
+      pp[i] = Narrow<Param>(1.0f), pg[i] = Narrow<Param>(2.0f), pa[i] = Narrow<First>(0.5f);
+      if (adamw) pb[i] = 0.5f;
     }
   });
   auto run = [&] {
     OnEveryThread(threads, n, [=](int64_t begin, int64_t end) {
-      float* s0 = ps[0];
-      float* s1 = nstate > 1 ? ps[1] : ps[0];
       Param *p = pp + begin, *g = pg + begin;
-      float *a = s0 + begin, *b = s1 + begin;
-      if (nstate == 2 && wstate == 2) {  // AdamW: p, m, v written
+      First* a = pa + begin;
+      float* b = pb + (adamw ? begin : 0);
+      if (adamw) {  // p, m, v written
         SimdFor(end - begin, [&](int64_t i) {
           const float gi = Widen(g[i]);
-          a[i] = a[i] * 0.5f + gi;
+          const float ai = Widen(a[i]) * 0.5f + gi;
+          a[i] = Narrow<First>(ai);
           b[i] = b[i] * 0.5f + gi;
-          p[i] = Narrow<Param>(Widen(p[i]) - a[i] * b[i]);
+          p[i] = Narrow<Param>(Widen(p[i]) - ai * b[i]);
         });
-      } else {  // momentum: p, acc written
+      } else {
         SimdFor(end - begin, [&](int64_t i) {
-          a[i] = a[i] * 0.5f + Widen(g[i]);
-          p[i] = Narrow<Param>(Widen(p[i]) - a[i]);
+          const float ai = Widen(a[i]) * 0.5f + Widen(g[i]);
+          a[i] = Narrow<First>(ai);
+          p[i] = Narrow<Param>(Widen(p[i]) - ai);
         });
       }
     });
@@ -105,12 +107,22 @@ double InplaceSeconds(int64_t n, int reads, int writes, int repeats) {
 
 }  // namespace
 
-double StreamInplaceGbps(int64_t n, int reads, int writes, int param_bytes, int repeats) {
+double StreamInplaceGbps(int64_t n, int reads, int writes, int param_bytes, int state_bytes,
+                         int repeats) {
   const bool adamw = reads == 4 && writes == 3, momentum = reads == 3 && writes == 2;
-  if (!(adamw || momentum) || !(param_bytes == 4 || param_bytes == 2) || n <= 0) return 0.0;
-  const double seconds = param_bytes == 4 ? InplaceSeconds<float>(n, reads, writes, repeats)
-                                          : InplaceSeconds<uint16_t>(n, reads, writes, repeats);
-  const double bytes = (2.0 * param_bytes + 4.0 * (reads - 2)) + (param_bytes + 4.0 * (writes - 1));
+  auto known = [](int bytes) { return bytes == 4 || bytes == 2; };
+  if (!(adamw || momentum) || !known(param_bytes) || !known(state_bytes) || n <= 0) return 0.0;
+  double seconds;
+  if (param_bytes == 4) {
+    seconds = state_bytes == 4 ? InplaceSeconds<float, float>(n, reads, writes, repeats)
+                               : InplaceSeconds<float, uint16_t>(n, reads, writes, repeats);
+  } else {
+    seconds = state_bytes == 4 ? InplaceSeconds<uint16_t, float>(n, reads, writes, repeats)
+                               : InplaceSeconds<uint16_t, uint16_t>(n, reads, writes, repeats);
+  }
+  // p and g, the first state array, the others f32; read, and all but g written back
+  const double per_array = 2.0 * param_bytes + state_bytes + 4.0 * (reads - 3);
+  const double bytes = per_array + (param_bytes + state_bytes + 4.0 * (writes - 2));
   return bytes * static_cast<double>(n) / seconds / 1e9;
 }
 
