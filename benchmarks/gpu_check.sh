@@ -20,8 +20,8 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 $PY -c "import jax, jgsess._C as c; print('jax', jax.__version__, jax.devices()[0].device_kind, '| CUDA kernels built in:', c.has_cuda())"
 build_s=$(( $(date +%s) - start ))
 
-echo "== gpu tests (kernels vs references on the GPU, outputs poisoned first)"
-timeout 240 $PY -m pytest -q -m gpu tests/kernels -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
+echo "== gpu tests (kernels vs references on the GPU, outputs poisoned first; bf16 state)"
+timeout 240 $PY -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
 tests=$(grep -E "passed|failed" "$OUT/gpu_tests.log" | tail -1)
 grep -q "failed\|error" "$OUT/gpu_tests.log" && status=1
 
@@ -37,14 +37,15 @@ echo "gpu tests: ${tests:-none ran}"
 $PY - "$OUT/optimizer_step.json" <<'PYEOF'
 import json, sys
 data = json.load(open(sys.argv[1]))
-ceiling = data["ceiling_gbps"]
-print(f"{'set':17s} {'opt':9s} {'jax.jit ms':>10s} {'jgsess.jit':>10s} {'speedup':>8s} {'optim of BW':>11s}")
+ceilings = data["ceilings"]
+print(f"{'set':17s} {'opt':20s} {'jax.jit ms':>10s} {'jgsess.jit':>10s} {'speedup':>8s} {'of ceiling':>10s}")
 for r in data["results"]:
     ms = r["ms"]
     moved = r["params"] * r["bytes_per_param"]
-    frac = moved / (ms["jgsess.optim"] / 1e3) / 1e9 / ceiling
-    print(f"{r['set']:17s} {r['optimizer']:9s} {ms['jax.jit']:10.3f} {ms['jgsess.jit']:10.3f} "
-          f"{ms['jax.jit'] / ms['jgsess.jit']:7.2f}x {frac:11.0%}")
-print(f"bandwidth ceiling ({data['ceiling']}): {ceiling:.0f} GB/s")
+    ceiling = ceilings[str((r["optimizer"], r["dtype"]))]
+    share = moved / (ms["jgsess.jit"] / 1e3) / 1e9 / ceiling
+    print(f"{r['set']:17s} {r['optimizer'] + ' ' + r['dtype']:20s} {ms['jax.jit']:10.3f} "
+          f"{ms['jgsess.jit']:10.3f} {ms['jax.jit'] / ms['jgsess.jit']:7.2f}x {share:10.0%}")
+print(f"ceiling (device copy on a GPU): {ceilings['triad']:.0f} GB/s")
 PYEOF
 exit $status

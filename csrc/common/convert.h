@@ -135,39 +135,48 @@ inline float Widen(Bf16Bits x) { return Bf16ToF32(x.bits); }
 inline void Narrow(float x, float* d) { *d = x; }
 inline void Narrow(float x, Bf16Bits* d) { d->bits = F32ToBf16(x); }
 
-// The optimizers' layout, (p, g, state...) -> (p', state'...): runs
-// body(p, g, state, p_out, state_out, n) on all cores, where p, g and p_out point to T = float
-// or T = Bf16Bits and state[k], state_out[k] to f32. Where p, g and p' are bf16 and the state
-// f32 the body reads and writes them in place, converting in registers (staging them through
-// scratch, as RunMultiTensor does, cost a third of the step: BERT-base momentum 65 ms against
-// XLA's 48); other narrow types (f16, p and g of different types, bf16/f16 state) are staged.
+// The optimizers' layout, (p, g, first, rest...) -> (p', first', rest'...): runs
+// body(p, g, first, rest, p_out, first_out, rest_out, n) on all cores, where p, g and p_out point
+// to T = float or T = Bf16Bits, first and first_out (the first state slot: m, acc) to S = float
+// or S = Bf16Bits, and rest[k], rest_out[k] (any further state: v) to f32. Where the only narrow
+// buffers are bf16 p, g and p', or a bf16 first state (optax's mu_dtype, accumulator_dtype), the
+// body reads and writes them in place, converting in registers (staging them through scratch,
+// as RunMultiTensor does, cost a third of the step: BERT-base momentum 65 ms against XLA's 48);
+// other narrow types (f16, p and g of different types, narrow state with narrow p) are staged.
 template <int kIn, int kOut, typename Body>
 void RunOptimizer(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut>>& tensors,
                   Body body) {
-  auto bf16 = [](const TensorSlots<kIn, kOut>& s) {
-    bool f32_state = true;
-    for (int k = 2; k < kIn; ++k) f32_state &= s.in_type[k] == DataType::F32;
-    for (int k = 1; k < kOut; ++k) f32_state &= s.out_type[k] == DataType::F32;
-    return f32_state && s.in_type[0] == DataType::BF16 && s.in_type[1] == DataType::BF16 &&
-           s.out_type[0] == DataType::BF16;
+  static_assert(kIn >= 3 && kOut == kIn - 1, "p, g and at least one state slot");
+  constexpr int kRest = kIn > 3 ? kIn - 3 : 1;
+  // whether p, g, p' hold `param` and the first state slot and its result `first`, rest f32
+  auto typed = [](const TensorSlots<kIn, kOut>& s, DataType param, DataType first) {
+    bool ok = s.in_type[0] == param && s.in_type[1] == param && s.out_type[0] == param &&
+              s.in_type[2] == first && s.out_type[1] == first;
+    for (int k = 3; k < kIn; ++k) ok &= s.in_type[k] == DataType::F32;
+    for (int k = 2; k < kOut; ++k) ok &= s.out_type[k] == DataType::F32;
+    return ok;
+  };
+  auto direct = [&]<typename T, typename S>(const TensorSlots<kIn, kOut>& slots, int64_t begin,
+                                            int64_t end) {
+    const float* rest[kRest];
+    float* rest_out[kRest];
+    for (int k = 3; k < kIn; ++k) rest[k - 3] = static_cast<const float*>(slots.in[k]) + begin;
+    for (int k = 2; k < kOut; ++k) rest_out[k - 2] = static_cast<float*>(slots.out[k]) + begin;
+    body(static_cast<const T*>(slots.in[0]) + begin, static_cast<const T*>(slots.in[1]) + begin,
+         static_cast<const S*>(slots.in[2]) + begin, rest, static_cast<T*>(slots.out[0]) + begin,
+         static_cast<S*>(slots.out[1]) + begin, rest_out, end - begin);
   };
   auto staged = [&](const float* const* in, float* const* out, int64_t n) {
-    body(in[0], in[1], in + 2, out[0], out + 1, n);
+    body(in[0], in[1], in[2], in + 3, out[0], out[1], out + 2, n);
   };
   ForEachPiece(pool, tensors, [&](const TensorSlots<kIn, kOut>& slots, int64_t begin, int64_t end) {
-    if (!bf16(slots)) {
-      StagePiece(slots, begin, end, staged);
-      return;
+    if (typed(slots, DataType::BF16, DataType::F32)) {
+      direct.template operator()<Bf16Bits, float>(slots, begin, end);
+    } else if (typed(slots, DataType::F32, DataType::BF16)) {
+      direct.template operator()<float, Bf16Bits>(slots, begin, end);
+    } else {
+      StagePiece(slots, begin, end, staged);  // every buffer f32: no staging, no copies
     }
-    const float* state[kIn - 2];
-    float* state_out[kOut - 1];
-    for (int k = 2; k < kIn; ++k) state[k - 2] = static_cast<const float*>(slots.in[k]) + begin;
-    for (int k = 1; k < kOut; ++k) {
-      state_out[k - 1] = static_cast<float*>(slots.out[k]) + begin;
-    }
-    body(static_cast<const Bf16Bits*>(slots.in[0]) + begin,
-         static_cast<const Bf16Bits*>(slots.in[1]) + begin, state,
-         static_cast<Bf16Bits*>(slots.out[0]) + begin, state_out, end - begin);
   });
 }
 

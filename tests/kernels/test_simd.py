@@ -36,11 +36,16 @@ def digest_of_results() -> dict:
         for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
             ops = adamw_operands(sizes, seed=flags, p_dtype=dtype, g_dtype=dtype)
             cases[f"adamw {flags} {dtype.__name__}"] = kernel_fn(adamw.SPEC, flags=flags)(*ops)
+        # bf16 moments of f32 parameters: converted in registers
+        ops = adamw_operands(sizes, seed=flags, m_dtype=jnp.bfloat16)
+        cases[f"adamw {flags} bf16 state"] = kernel_fn(adamw.SPEC, flags=flags)(*ops)
     for flags in (0, momentum.NESTEROV | momentum.WEIGHT_DECAY, 15):
         for g_dtype in (jnp.float16, jnp.bfloat16):  # staged; bf16 p and g converted in registers
             ops = momentum_operands(sizes, flags, jnp.bfloat16, g_dtype)
             name = f"momentum {flags} {g_dtype.__name__}"
             cases[name] = kernel_fn(momentum.SPEC, flags=flags)(*ops)
+        ops = momentum_operands(sizes, flags, acc_dtype=jnp.bfloat16)  # in registers too
+        cases[f"momentum {flags} bf16 accumulator"] = kernel_fn(momentum.SPEC, flags=flags)(*ops)
     norms = [((3, 6, 5, 7), 1, jnp.float32), ((40, 41, 9), 2, jnp.float32)]  # NCHW, rank 3
     norms += [((16, 9, 9, 48), 3, dtype) for dtype in (jnp.float32, jnp.bfloat16)]  # NHWC
     for shape, axis, dtype in norms:

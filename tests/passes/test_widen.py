@@ -122,3 +122,13 @@ def test_without_excess_precision_xla_rounds_and_nothing_fuses():
     report, text, pairs = run_steps(opt, compiler_options=STRICT)
     assert report.fusions["momentum"] == 0 and "jgsess_momentum" not in text
     assert_bit_equal(pairs)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_bf16_state_is_fused_where_xla_widens():
+    opt, kernel = OPTIMIZERS["adamw"]
+    report, text, pairs = run_steps(opt)  # on the default backend: the GPU
+    fused = report.fusions[kernel] == len(SHAPES)
+    assert fused == widen.xla_widens(jax.default_backend(), BF16)
+    for ours, theirs in pairs:
+        assert_trees_close(ours, theirs, rtol=2**-8, atol=1e-7)

@@ -21,15 +21,16 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
       const AdamwHyper h = LoadHyper(member);
       const AdamwReciprocals r = Reciprocals(h);
       // outputs may be their operands (in place); element i touches index i only
-      auto step = [&](const auto* p, const auto* g, const float* const* state, auto* p_out,
-                      float* const* state_out, int64_t n) {
-        const float *m = state[0], *v = state[1];
-        float *m_out = state_out[0], *v_out = state_out[1];
+      auto step = [&](const auto* p, const auto* g, const auto* m, const float* const* rest,
+                      auto* p_out, auto* m_out, float* const* rest_out, int64_t n) {
+        const float* v = rest[0];
+        float* v_out = rest_out[0];
         SimdFor(n, [&](int64_t i) {
-          float p2;
-          AdamwElement<kFlags>(h, r, Widen(p[i]), Widen(g[i]), m[i], v[i], &p2, &m_out[i],
+          float p2, m2;
+          AdamwElement<kFlags>(h, r, Widen(p[i]), Widen(g[i]), Widen(m[i]), v[i], &p2, &m2,
                                &v_out[i]);
           Narrow(p2, &p_out[i]);
+          Narrow(m2, &m_out[i]);
         });
       };
       RunOptimizer<4, 3>(pool, part, step);

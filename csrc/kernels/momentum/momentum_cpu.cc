@@ -18,14 +18,13 @@ ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t f
   return DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {
     return ForEachMember("momentum", *hyper, *tensors, [&](const auto& member, const auto& part) {
       const MomentumHyper h = LoadHyper(member);
-      auto step = [&](const auto* p, const auto* g, const float* const* state, auto* p_out,
-                      float* const* state_out, int64_t n) {
-        const float* acc = state[0];
-        float* acc_out = state_out[0];
+      auto step = [&](const auto* p, const auto* g, const auto* acc, const float* const*,
+                      auto* p_out, auto* acc_out, float* const*, int64_t n) {
         SimdFor(n, [&](int64_t i) {
-          float p2;
-          MomentumElement<kFlags>(h, Widen(p[i]), Widen(g[i]), acc[i], &p2, &acc_out[i]);
+          float p2, acc2;
+          MomentumElement<kFlags>(h, Widen(p[i]), Widen(g[i]), Widen(acc[i]), &p2, &acc2);
           Narrow(p2, &p_out[i]);
+          Narrow(acc2, &acc_out[i]);
         });
       };
       RunOptimizer<3, 2>(pool, part, step);
