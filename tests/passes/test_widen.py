@@ -1,6 +1,7 @@
 """widen-narrow-products: optax's bf16 optimizer state (accumulator_dtype, mu_dtype) reaches the
 optimizer kernels; the rewrite alone never changes what jax.jit's program computes."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -132,3 +133,33 @@ def test_on_the_gpu_bf16_state_is_fused_where_xla_widens():
     assert fused == widen.xla_widens(jax.default_backend(), BF16)
     for ours, theirs in pairs:
         assert_trees_close(ours, theirs, rtol=2**-8, atol=1e-7)
+
+
+def test_a_flax_step_with_a_bf16_first_moment_is_fused():
+    # what users write: clipping, a warmup-cosine schedule, weight decay, bf16 mu
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(5)(nn.relu(nn.Dense(37)(x)))
+
+    model = MLP()
+    x, y = rand((16, 11), 0), rand((16, 5), 1)
+    params = model.init(jax.random.PRNGKey(2), x)
+    schedule = optax.warmup_cosine_decay_schedule(0.0, 1e-2, 5, 100)
+    opt = optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.adamw(schedule, weight_decay=1e-2, mu_dtype=jnp.bfloat16),
+    )
+
+    def step(params, state, x, y):
+        loss, grads = jax.value_and_grad(lambda p: jnp.mean((model.apply(p, x) - y) ** 2))(params)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    state = opt.init(params)
+    fused = jgsess.jit(step)
+    report = fused.report(params, state, x, y)
+    assert report.fusions["adamw"] == 4 and report.fusions["clip_by_global_norm"] == 4
+    assert [k.kernel for k in report.kernels] == ["global_norm", "adamw"]  # one combined call
+    ours, theirs = fused(params, state, x, y), jax.jit(step)(params, state, x, y)
+    assert_trees_close(ours, theirs, rtol=2**-8, atol=1e-7)
