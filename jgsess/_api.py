@@ -183,7 +183,7 @@ class _Body:
                     donated=donated,
                     plan=self._plan,
                     traced=traced,
-                    compiler_options=dict(self._compiler_options),
+                    compiler_options=self._compiler_options,
                 )
             emitting = time.perf_counter()
             outs = program(args)

@@ -173,17 +173,26 @@ def _node_sides(node, platform: str):
     return kernel, xla, operands
 
 
-def measure(kernel, xla, operands, platform: str) -> tuple[float, float]:
-    """(kernel seconds, XLA seconds): medians of interleaved runs of the two functions, each
-    compiled alone for `platform`'s first device."""
+def compile_alone(fns, operands, platform: str, compiler_options: tuple = ()):
+    """([each of `fns` compiled for the types of `operands`, arrays or trees of them], the
+    device): top-level programs for `platform`'s first device, which the pipeline (running
+    inside the user's jax.jit trace) calls under `jax.ensure_compile_time_eval`. Traced at top
+    level, not under it: there a function's constant computations (zeros, broadcasts) would
+    run eagerly, each compiled on its own. `compiler_options`: jax.jit's, as (name, value)
+    pairs."""
     device = jax.devices(platform)[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
     structs = jax.tree.map(
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), list(operands)
     )
-    # traced as top-level programs: under ensure_compile_time_eval a side's constant
-    # computations (zeros, broadcasts) would run eagerly, each compiled on its own
-    sides = [jax.jit(f).lower(*structs).compile() for f in (kernel, xla)]
+    options = dict(compiler_options) or None
+    return [jax.jit(f).lower(*structs).compile(options) for f in fns], device
+
+
+def measure(kernel, xla, operands, platform: str) -> tuple[float, float]:
+    """(kernel seconds, XLA seconds): medians of interleaved runs of the two functions, each
+    compiled alone for `platform`'s first device."""
+    sides, device = compile_alone((kernel, xla), operands, platform)
     with jax.ensure_compile_time_eval():  # the pipeline runs inside the user's jax.jit trace
         args = jax.device_put(list(operands), device)
         first = max(_time(fn, args) for fn in sides)  # also warms up

@@ -45,7 +45,7 @@ def compile_jaxpr(
     platform: str | None = None,
     plan: bool = False,
     traced: float | None = 0.0,
-    compiler_options: dict | None = None,
+    compiler_options: tuple = (),
 ):
     """Optimize `closed`; returns (program, Session), where `program(args)` binds the optimized
     program into the current trace (`emit.evaluate`). Raises on pipeline failure.
@@ -53,7 +53,7 @@ def compile_jaxpr(
     `plan` asks for the whole-program memory plan (for the report; `JGSESS_DUMP` asks too);
     `traced` is how long the function took to trace (kernel measurements get a share of it;
     None: measure none, decide by the cached measurements alone); `compiler_options` are
-    jax.jit's, for what the passes ask XLA (see passes/widen.py).
+    jax.jit's as sorted (name, value) pairs, for what the passes ask XLA (see passes/widen.py).
     """
     start = time.perf_counter()
     platform = platform or jax.default_backend()
@@ -66,7 +66,7 @@ def compile_jaxpr(
         dump_dir=os.path.join(dump, f"{name}-{next(_dump_counter)}") if dump else None,
         plan=plan or bool(dump),
         autotune_budget=0.0 if traced is None else autotune.budget(traced),
-        compiler_options=compiler_options or {},
+        compiler_options=compiler_options,
     )
     records = run_pipeline(graph, default_pipeline(), ctx)
     session = Session(

@@ -74,8 +74,9 @@ class Context:
     plan: bool = False
     # seconds the passes may spend measuring kernels against XLA (jgsess.autotune)
     autotune_budget: float = 0.0
-    # jax.jit's compiler_options, for what a pass asks XLA itself (passes/widen.py)
-    compiler_options: dict = field(default_factory=dict)
+    # jax.jit's compiler_options as sorted (name, value) pairs, for what a pass asks XLA itself
+    # (passes/widen.py)
+    compiler_options: tuple = ()
     record: CompileRecord = field(default_factory=CompileRecord)
 
 

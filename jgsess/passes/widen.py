@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _compat
+from .. import _compat, autotune
 from ..ir import ops
 from ..ir.graph import Graph, Value
 from ..patterns import Match, Pat, Var, rewrite
@@ -44,15 +44,14 @@ def xla_widens(platform: str, dtype: np.dtype, compiler_options: tuple = ()) -> 
     g = rng.standard_normal(512).astype(np.float32)
     c = np.asarray(0.9, dtype)
     wide = g + np.float32(c) * x.astype(np.float32)
+
+    def probe(x, g):
+        return g + (c * x).astype(jnp.float32)
+
     try:
-        device = jax.devices(platform)[0]
+        (compiled,), device = autotune.compile_alone([probe], [x, g], platform, compiler_options)
     except RuntimeError:  # a platform this process has no device of: XLA cannot be asked
         return False
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in (x, g)]
-    probe = jax.jit(lambda x, g: g + (c * x).astype(jnp.float32))
-    # compiled as a top-level program and run eagerly: the passes run inside jax.jit's trace
-    compiled = probe.lower(*structs).compile(dict(compiler_options) or None)
     with jax.ensure_compile_time_eval():
         out = np.asarray(compiled(*jax.device_put([x, g], device)))
     return bool(np.array_equal(out, wide))
@@ -68,7 +67,7 @@ def _widen(graph: Graph, m: Match, ctx: Context) -> Value | None:
         and c.ndim == 0
         and x.shape == product.shape
         and graph.num_uses(product) == 1
-        and xla_widens(ctx.platform, x.dtype, tuple(sorted(ctx.compiler_options.items())))
+        and xla_widens(ctx.platform, x.dtype, ctx.compiler_options)
     ):
         return None
     widened = []
