@@ -175,7 +175,7 @@ void RunOptimizer(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut
     } else if (typed(slots, DataType::F32, DataType::BF16)) {
       direct.template operator()<float, Bf16Bits>(slots, begin, end);
     } else {
-      StagePiece(slots, begin, end, staged);  // every buffer f32: no staging, no copies
+      StagePiece(slots, begin, end, staged);  // all f32: the buffers themselves, unstaged
     }
   });
 }

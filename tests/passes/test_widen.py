@@ -106,8 +106,7 @@ def test_bf16_state_is_fused_and_keeps_jax_jits_numbers(name):
         # dtypes kept (the state stays bf16); a bf16 value may land one ulp over where the
         # kernel's f32 value is an ulp from XLA's
         assert_trees_close(ours, theirs, rtol=2**-8, atol=1e-7)
-        p_ours, p_theirs = ours[0], theirs[0]
-        assert_trees_close(p_ours, p_theirs, rtol=1e-5, atol=1e-7)
+        assert_trees_close(ours[0], theirs[0], rtol=1e-5, atol=1e-7)  # the parameters
 
 
 def test_bf16_nesterov_is_not_fused():
