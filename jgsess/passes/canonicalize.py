@@ -4,19 +4,21 @@
     c = mul -0.001 u          ->    c = mul 0.001 u
     d = add p c                     d = sub p c
 
-The learning rate of a schedule arrives as `convert[weak_type=False] (copy (neg lr))`; the copy
-goes and the weak-type convert moves below the neg, so the same `sub p (mul lr u)` form results.
+The learning rate of a schedule arrives as `convert[weak_type=False] (copy (neg lr))` (to bf16
+or f16 in a narrow program); the copy goes and the convert moves below the neg, so the same
+`sub p (mul lr u)` form results.
 
 Every rule is exact in IEEE arithmetic (signed zeros and NaNs included): a fusion may then match
 the canonical form without changing a single bit of what the program computes. Rules that
-change signs apply to real floating-point values only (never to complex ones, whose products mix
-real and imaginary parts).
+change signs apply to real floating-point values only, bf16 and f16 included (never to complex
+ones, whose products mix real and imaginary parts).
 """
 
 from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 
 from .. import _compat
@@ -27,8 +29,9 @@ from .manager import Context, Pass
 
 
 def _floating(value: Value) -> bool:
-    # real floating point only: complex products mix the parts, so sign rules are not exact
-    return value.dtype is not None and np.issubdtype(value.dtype, np.floating)
+    # real floating point only (bf16 and f16 too, which numpy's own floating does not count):
+    # complex products mix the parts, so sign rules are not exact
+    return value.dtype is not None and jnp.issubdtype(value.dtype, jnp.floating)
 
 
 def _new(graph: Graph, m: Match, name: str, *inputs: Value) -> Value:
@@ -96,9 +99,10 @@ def _drop_scalar_broadcasts(graph: Graph, m: Match) -> Value | None:
     return None
 
 
-def _sink_weak_convert(graph: Graph, m: Match) -> Value | None:
+def _sink_convert(graph: Graph, m: Match) -> Value | None:
+    # rounding to nearest even (and a weak-type-only convert) is symmetric in the sign
     convert = m.root.producer
-    if _compat.convert_dtype(convert.params) != m["x"].dtype or not _floating(m["x"]):
+    if not (_floating(m["x"]) and _floating(m.root)):
         return None
     moved = Node(convert.op, [m["x"]], [m.root.aval], convert.params)
     graph.insert(moved, before=convert)
@@ -162,8 +166,8 @@ RULES = [
     # convert_element_type x to its own dtype and weak type -> x ; copy x -> x
     (Pat("convert_element_type", [x]), lambda g, m: m["x"] if _same_aval(m) else None),
     (Pat("copy", [x]), lambda g, m: m["x"] if _same_aval(m) else None),
-    # a weak-type-only convert of (neg x) -> neg (convert x), so the neg can meet its add
-    (Pat("convert_element_type", [Pat("neg", [x])]), _sink_weak_convert),
+    # a float-to-float convert of (neg x) -> neg (convert x), so the neg can meet its add
+    (Pat("convert_element_type", [Pat("neg", [x])]), _sink_convert),
 ]
 if _compat.SCALAR_OPERANDS:
     # a broadcast operand in either place (add, mul, max and min match either order)

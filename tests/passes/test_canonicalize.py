@@ -59,6 +59,20 @@ def test_near_miss_is_left_alone(fn, kept):
     assert count(canonical(fn, X, Y), kept) >= 1
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_narrow_floats_get_the_same_rules(dtype):
+    # an update written in bf16/f16: square, and a schedule's learning rate converted to the
+    # narrow dtype after its negation (the neg moves below the convert and meets the add)
+    x, y = X.astype(dtype), Y.astype(dtype)
+
+    def fn(x, y, lr):
+        return y + (-lr).astype(dtype) * x**2
+
+    graph = canonical(fn, x, y, jnp.float32(0.3))
+    assert count(graph, "integer_pow") == 0 and count(graph, "square") == 1
+    assert count(graph, "neg") == 0 and count(graph, "sub") == 1
+
+
 def test_sign_rules_are_for_floats_only():
     i, j = jnp.arange(5, dtype=jnp.int32), jnp.arange(5, dtype=jnp.int32) + 1
     graph = canonical(lambda a, b: b + (-1) * a, i, j)
