@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 import jgsess
@@ -45,3 +46,32 @@ def compare(opt, steps: int = 3, donate: bool = True, params=None, rtol=2e-6, at
         p2, s2 = fused(p2, s2, grads)
         assert_trees_close((p2, s2), (p1, s1), rtol=rtol, atol=atol)
     return report
+
+
+def run_steps(opt, steps=3, dtype=jnp.float32, **options):
+    """jgsess.jit's and jax.jit's steps side by side on parameters and gradients of `dtype`:
+    their results after each step, and jgsess's report and compiled text."""
+    params = jax.tree.map(lambda x: x.astype(dtype), tree(0))
+    step = update_step(opt)
+    fused = jgsess.jit(step, donate_argnums=(0, 1), **options)
+    plain = jax.jit(step, **options)
+    state = opt.init(params)
+    grads = [jax.tree.map(lambda x: x.astype(dtype), tree(10 + i, 0.1)) for i in range(steps)]
+    report = fused.report(params, state, grads[0])
+    text = fused.lower(params, state, grads[0]).compile().as_text()
+    ours = theirs = (params, state)
+    pairs = []
+    for g in grads:
+        theirs = plain(*theirs, g)
+        ours = fused(*jax.tree.map(jnp.copy, ours), g)
+        pairs.append((ours, theirs))
+    return report, text, pairs
+
+
+def assert_bit_equal(pairs):
+    def bits(x):
+        return jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+
+    for ours, theirs in pairs:
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+            np.testing.assert_array_equal(bits(a), bits(b))

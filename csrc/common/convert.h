@@ -7,28 +7,14 @@
 #include <cstring>
 #include <vector>
 
+#include "common/bf16.h"
 #include "common/ffi.h"
+#include "common/optimizer.h"
 #include "common/parallel.h"
 #include "common/simd.h"
 #include "common/tensor_list.h"
 
 namespace jgsess {
-
-inline float Bf16ToF32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-inline uint16_t F32ToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
-  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-  return static_cast<uint16_t>(nan ? quiet_nan : rounded);
-}
 
 // dst[0, n) = src[begin, begin + n) widened to f32 (copied, if it is f32).
 inline void LoadF32(DataType type, const void* src, int64_t begin, int64_t n, float* dst) {
@@ -126,14 +112,25 @@ void RunMultiTensor(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kO
 }
 
 // bf16 bits as a type of their own, so that one element loop serves f32 and bf16 parameters:
-// Widen(x) reads either as f32, Narrow(x, &d) writes f32 into either (rounding as F32ToBf16).
+// Widen(x) reads either (or an f16) as f32, Narrow(x, &d) writes f32 into either (or an f16),
+// rounding to nearest even.
 struct Bf16Bits {
   uint16_t bits;
 };
 inline float Widen(float x) { return x; }
 inline float Widen(Bf16Bits x) { return Bf16ToF32(x.bits); }
+inline float Widen(_Float16 x) { return static_cast<float>(x); }
 inline void Narrow(float x, float* d) { *d = x; }
 inline void Narrow(float x, Bf16Bits* d) { d->bits = F32ToBf16(x); }
+inline void Narrow(float x, _Float16* d) { *d = static_cast<_Float16>(x); }
+// x holds a value of d's type exactly (narrow math rounded it already): its bits, not rounded
+// again.
+inline void NarrowExact(float x, Bf16Bits* d) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  d->bits = static_cast<uint16_t>(bits >> 16);
+}
+inline void NarrowExact(float x, _Float16* d) { *d = static_cast<_Float16>(x); }
 
 // The optimizers' layout, (p, g, first, rest...) -> (p', first', rest'...): runs
 // body(p, g, first, rest, p_out, first_out, rest_out, n) on all cores, where p, g and p_out point
@@ -176,6 +173,31 @@ void RunOptimizer(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut
       direct.template operator()<float, Bf16Bits>(slots, begin, end);
     } else {
       StagePiece(slots, begin, end, staged);  // all f32: the buffers themselves, unstaged
+    }
+  });
+}
+
+// The optimizers' layout for an update written in bf16 or f16 (a kernel's narrow-math flag):
+// every buffer of a tensor has one type N, Bf16Bits or _Float16 (tensor_list.h: CheckNarrow).
+// Runs body(q, in, out, n) on all cores, in[k] / out[k] pointing to N and q rounding an f32 to N
+// (InBf16 / InF16), reading and writing the buffers in place (the body's results are values of N
+// already: NarrowExact writes them).
+template <int kIn, int kOut, typename Body>
+void RunNarrowOptimizer(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut>>& tensors,
+                        Body body) {
+  auto typed = [&]<typename N, typename Q>(const TensorSlots<kIn, kOut>& slots, int64_t begin,
+                                           int64_t end) {
+    const N* in[kIn];
+    N* out[kOut];
+    for (int k = 0; k < kIn; ++k) in[k] = static_cast<const N*>(slots.in[k]) + begin;
+    for (int k = 0; k < kOut; ++k) out[k] = static_cast<N*>(slots.out[k]) + begin;
+    body(Q{}, in, out, end - begin);
+  };
+  ForEachPiece(pool, tensors, [&](const TensorSlots<kIn, kOut>& slots, int64_t begin, int64_t end) {
+    if (slots.in_type[0] == DataType::BF16) {
+      typed.template operator()<Bf16Bits, InBf16>(slots, begin, end);
+    } else {
+      typed.template operator()<_Float16, InF16>(slots, begin, end);
     }
   });
 }

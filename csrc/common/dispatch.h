@@ -10,12 +10,24 @@
 
 namespace jgsess {
 
-// Calls f.template operator()<flags>() for flags in [0, kCount); an error otherwise.
-template <int64_t kCount, typename F>
+// Calls f.template operator()<flags>() for flags in [0, kCount) that kValid accepts (a kernel's
+// combinations that exist: only those are compiled); an error otherwise.
+constexpr bool AnyFlags(int64_t) { return true; }
+
+template <int64_t kCount, bool (*kValid)(int64_t) = AnyFlags, typename F>
 ffi::Error DispatchFlags(int64_t flags, const char* kernel, F&& f) {
   return [&]<int64_t... kFlags>(std::integer_sequence<int64_t, kFlags...>) {
     ffi::Error result(ffi::ErrorCode::kInvalidArgument, std::string(kernel) + ": unknown flags");
-    ((flags == kFlags ? (result = f.template operator()<kFlags>(), true) : false) || ...);
+    auto one = [&]<int64_t kOne>() {
+      if constexpr (kValid(kOne)) {
+        if (flags == kOne) {
+          result = f.template operator()<kOne>();
+          return true;
+        }
+      }
+      return false;
+    };
+    (one.template operator()<kFlags>() || ...);
     return result;
   }(std::make_integer_sequence<int64_t, kCount>{});
 }

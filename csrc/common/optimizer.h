@@ -3,17 +3,65 @@
 
 #include "common/host_device.h"
 
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#else
+#include <cstdint>
+#include <cstring>
+#endif
+
 namespace jgsess {
+
+// How the element math rounds the result of each operation. The kernels compute in f32
+// (InF32: no rounding between operations). An update written in bf16 or f16 (optax's default
+// state for narrow parameters) is computed by XLA's CPU code one operation at a time, each result
+// rounded to the narrow type; under a kernel's narrow-math flag the element math does the same
+// with InBf16 / InF16 (jgsess fuses such an update only where the kernel's bits equal XLA's on the
+// platform: jgsess/passes/fusions/optimizer.py).
+struct InF32 {
+  JGSESS_HOST_DEVICE float operator()(float x) const { return x; }
+};
+
+// Narrow math's values are bf16/f16 values, their operations' f32 results and the f32 widening
+// of the update's bf16/f16 hyper-parameters: a NaN among them carries its payload in the top 16
+// bits (f32 operations keep an operand NaN's payload or make the default NaN), so on the host
+// InBf16 rounds with the integer carry alone: the carry never reaches a NaN's payload, and an
+// overflow rounds to infinity, as it should.
+struct InBf16 {
+  JGSESS_HOST_DEVICE float operator()(float x) const {
+#if defined(__CUDACC__)
+    return __bfloat162float(__float2bfloat16_rn(x));
+#else
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&x, &bits, sizeof(x));
+    return x;
+#endif
+  }
+};
+
+struct InF16 {
+  JGSESS_HOST_DEVICE float operator()(float x) const {
+#if defined(__CUDACC__)
+    return __half2float(__float2half_rn(x));
+#else
+    return static_cast<float>(static_cast<_Float16>(x));
+#endif
+  }
+};
 
 // An optimizer kernel's first result, from the parameter p and its step direction d: the new
 // parameter p - lr*d, or with kUpdate optax's update alone, -(lr*d). These are the references'
-// operations (jgsess/passes/fusions/optimizer.py: every update as the whole step or the update).
-template <bool kUpdate>
-JGSESS_HOST_DEVICE float StepResult(float p, float lr, float d) {
+// operations (jgsess/passes/fusions/optimizer.py: every update as the whole step or the update),
+// each rounded by q.
+template <bool kUpdate, typename Q = InF32>
+JGSESS_HOST_DEVICE float StepResult(float p, float lr, float d, Q q = {}) {
   if constexpr (kUpdate) {
-    return -(lr * d);
+    return -q(lr * d);
   } else {
-    return p - lr * d;
+    return q(p - q(lr * d));
   }
 }
 

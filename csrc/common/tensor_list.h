@@ -133,6 +133,23 @@ ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kerne
   return tensors;
 }
 
+// A call under a kernel's narrow-math flag (an update written in bf16 or f16): every buffer of a
+// tensor is of one type, bf16 or f16.
+template <int kIn, int kOut>
+ffi::Error CheckNarrow(const char* kernel, const std::vector<TensorSlots<kIn, kOut>>& tensors) {
+  for (const auto& t : tensors) {
+    const DataType type = t.in_type[0];
+    bool ok = type == DataType::BF16 || type == DataType::F16;
+    for (int k = 0; k < kIn; ++k) ok = ok && t.in_type[k] == type;
+    for (int k = 0; k < kOut; ++k) ok = ok && t.out_type[k] == type;
+    if (!ok) {
+      return InvalidArgument(std::string(kernel) +
+                             ": narrow math needs every buffer of a tensor in one of bf16, f16");
+    }
+  }
+  return ffi::Error::Success();
+}
+
 // The binding of a multi-tensor kernel with a `flags` attribute (adamw, momentum), shared by the
 // CPU and CUDA handlers: the hyper-parameters, then the tensors' operands, as the remaining
 // operands; the tensors' results as the remaining results. Platform is the handler's context:

@@ -5,8 +5,10 @@ Operands: four rank-0 f32 hyper-parameters (lr, mu, wd, scale), then (p, g, acc)
 Results: (p', acc') per tensor. Static param `flags` adds weight decay (p*wd + g), a gradient
 scale (a loss scale's reciprocal) and Nesterov's look-ahead; with UPDATE the first result is
 optax's update -(lr*d) instead of p'. p, g and acc may each be bf16/f16 (widened exactly; p'
-and acc' rounded back to their dtypes). The C++ handlers (csrc/kernels/momentum/) compute
-`update` below in the same order.
+and acc' rounded back to their dtypes). With NARROW the update is written in the tensors' one
+bf16/f16 dtype (optax's default accumulator for narrow parameters): `update` runs in that dtype,
+each operation rounded to it. The C++ handlers (csrc/kernels/momentum/) compute `update` below
+in the same order.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from .optimizer import update_kernel
 
 SCALARS = ("lr", "mu", "wd", "scale")
 WEIGHT_DECAY, SCALE, NESTEROV, UPDATE = 1, 2, 4, 8
+NARROW = 16  # the update in the tensors' bf16/f16, every operation rounded to it
 
 
 def update(p, g, acc, lr, mu, wd, scale, *, flags):
@@ -39,6 +42,9 @@ def reference(*operands, flags):
     outs = []
     for i in range(0, len(tensors), 3):
         p, g, acc = tensors[i : i + 3]
+        if flags & NARROW:
+            outs += update(p, g, acc, *[s.astype(p.dtype) for s in scalars], flags=flags)
+            continue
         f32 = [x.astype(jnp.float32) for x in (p, g, acc)]
         p2, acc2 = update(*f32, *scalars, flags=flags)
         outs += [p2 if flags & UPDATE else p2.astype(p.dtype), acc2.astype(acc.dtype)]
@@ -53,4 +59,5 @@ SPEC = update_kernel(
     state=(2,),
     update_flag=UPDATE,
     doc="multi-tensor SGD with momentum (optax and MindSpore forms)",
+    narrow_flag=NARROW,
 )

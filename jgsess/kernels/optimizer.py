@@ -6,7 +6,9 @@ optax's update, under the kernel's UPDATE flag) and the new state, each over its
 buffer. Under jax.vmap the hyper-parameters may hold one value per member of the batch (shape
 (members,)); every tensor then leads with the member axis and each part gets its member's.
 Each of the parameter, the gradient and the state buffers may be bf16/f16: the kernels widen
-them exactly, compute in f32, and round the results to their operands' dtypes.
+them exactly, compute in f32, and round the results to their operands' dtypes. Under a kernel's
+narrow flag the update is written in bf16/f16 instead (every buffer of a tensor in that dtype,
+as optax keeps a narrow parameter's state): each operation's result is rounded to it.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ def update_kernel(
     doc: str,
     prefer_kernel=None,
     exact_flag: int = 0,
+    narrow_flag: int = 0,
 ) -> KernelSpec:
     """The spec of a kernel with `per_tensor` operands per tensor (p, g, then the state slots
     `state`) and results (p' or the update, then the new state). `exact_flag`, if the kernel
     has one, is added to the C++ flags under JGSESS_NUMERICS=exact (the kernel then divides,
-    IEEE, instead of multiplying by reciprocals as XLA's CPU code does)."""
+    IEEE, instead of multiplying by reciprocals as XLA's CPU code does) except in narrow forms
+    (`narrow_flag`: the update written in the tensors' bf16/f16, the update result too)."""
     base = len(scalars)
     sources = (0, *state)  # the operand each result is computed over
 
@@ -48,7 +52,7 @@ def update_kernel(
         }
 
     def result_avals(avals, static) -> list:
-        update = static["flags"] & update_flag
+        update = static["flags"] & update_flag and not static["flags"] & narrow_flag
         out = []
         for i in range(base, len(avals), per_tensor):
             for k, operand in enumerate(sources):
@@ -59,7 +63,9 @@ def update_kernel(
 
     def narrowable(static) -> tuple:
         # p folds with p' (not with an update, whose dtype does not follow p's); g on its own;
-        # each state slot with its new state
+        # each state slot with its new state; nothing in a narrow form (it computes in bf16/f16)
+        if static["flags"] & narrow_flag:
+            return ()
         first = ((1, None),) if static["flags"] & update_flag else ((0, 0), (1, None))
         return first + tuple((operand, k + 1) for k, operand in enumerate(state))
 
@@ -70,13 +76,14 @@ def update_kernel(
             return reference(*operands, **static)
         return jax.vmap(functools.partial(batched_reference, **static))(*operands)
 
+    def exact(flags: int) -> int:
+        return exact_flag if _config.exact_numerics() and not flags & narrow_flag else 0
+
     return KernelSpec(
         name=name,
         reference=batched_reference,
         inplace=inplace,
-        attrs=lambda static: {
-            "flags": np.int64(static["flags"] | (exact_flag if _config.exact_numerics() else 0))
-        },
+        attrs=lambda static: {"flags": np.int64(static["flags"] | exact(static["flags"]))},
         layout=(base, per_tensor, len(sources)),
         alike=(1,),  # the gradient
         narrowable=narrowable,

@@ -115,6 +115,13 @@ class KernelSpec:
         if params.get("impl") != "kernel":
             return self.run_reference(operands, params), arena
         bound = {k: v for k, v in params.items() if k not in NODE_ONLY_PARAMS}
+        if self.layout is not None:
+            # a multi-tensor kernel's hyper-parameters are f32 in C++; an update written in
+            # bf16/f16 has them in its dtype: widened, exactly
+            shared = self.layout[0]
+            operands = [jnp.asarray(x, jnp.float32) for x in operands[:shared]] + list(
+                operands[shared:]
+            )
         bound.setdefault("aliases", ())
         bound.setdefault("workspace", None)
         bound.setdefault("local", False)

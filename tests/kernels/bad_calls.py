@@ -48,10 +48,11 @@ def call(target, operands, results, **attrs):
     return lambda: jax.block_until_ready(fn(*operands, **attrs))
 
 
-def multi_tensor(target, hyper, kin, kout, flags):
+def multi_tensor(target, hyper, kin, kout, flags, narrow=None):
     """Well-formed and malformed calls of a multi-tensor kernel: `hyper` rank-0 f32 operands,
     kin operands and kout results per tensor (bf16; f32 and f16 in the second well-formed
-    call)."""
+    call). `narrow`: the kernel's narrow-math flag (every buffer of a tensor one of bf16,
+    f16)."""
     scalars = [jnp.float32(0.5)] * hyper
 
     def tensor(n=N, bad_in=None, bad_out=None, dtype=BF16):
@@ -92,6 +93,15 @@ def multi_tensor(target, hyper, kin, kout, flags):
         good["no operands"] = no_operands
     if flags is not None:
         bad["unknown flags"] = case(tensor(), flags=1 << 20)
+    if narrow is not None:
+        good["narrow math"] = case(tensor(), tensor(7, dtype=F16), flags=flags | narrow)
+        bad["narrow math over f32 tensors"] = case(tensor(dtype=F32), flags=flags | narrow)
+        bad["narrow math over an f32 operand"] = case(
+            tensor(bad_in=(kin - 1, array((N,), F32))), flags=flags | narrow
+        )
+        bad["narrow math with an f16 result"] = case(
+            tensor(bad_out=(0, spec((N,), F16))), flags=flags | narrow
+        )
     return good, bad
 
 

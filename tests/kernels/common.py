@@ -7,6 +7,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tests.helpers import assert_trees_close
 
@@ -35,10 +36,10 @@ def assert_custom_call(spec, fn, *args, device=None):
     assert re.search(rf"custom_call @{spec.target}\(", text), f"no {spec.target} custom call"
 
 
-def check(spec, operands, rtol=1e-6, atol=1e-8, device=None, **static):
+def check(spec, operands, rtol=1e-6, atol=1e-8, device=None, exact=False, **static):
     """The kernel equals the reference on `operands` (results compared as f32; a bf16/f16
     result within one unit of its last place, since an f32 value one ulp apart may round the
-    other way), and the kernel's custom call is what ran."""
+    other way; `exact`: bit for bit, NaNs equal), and the kernel's custom call is what ran."""
     if device is not None:
         operands = jax.device_put(operands, device)
         # poison the allocator: results must overwrite every element of a reused buffer
@@ -51,7 +52,9 @@ def check(spec, operands, rtol=1e-6, atol=1e-8, device=None, **static):
     for g, w in zip(got, want):
         narrow = jnp.finfo(g.dtype) if g.dtype in (jnp.bfloat16, jnp.float16) else None
         f32 = [x.astype(jnp.float32) for x in (g, w)]
-        if narrow is None:
+        if exact:
+            assert np.array_equal(*(np.asarray(x) for x in f32), equal_nan=True)
+        elif narrow is None:
             assert_trees_close(*f32, rtol=rtol, atol=atol)
         else:  # one ulp, subnormals' too
             ulp, tiny = float(narrow.eps), float(narrow.smallest_subnormal)

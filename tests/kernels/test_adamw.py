@@ -7,7 +7,7 @@ import pytest
 from jgsess.kernels import adamw
 from jgsess.kernels.spec import KernelSpec
 from tests.helpers import assert_trees_close
-from tests.kernels.bad_calls import multi_tensor
+from tests.kernels.bad_calls import BF16, N, array, call, multi_tensor, spec
 from tests.kernels.common import SIZES, check, kernel_fn, reference_fn
 
 
@@ -65,6 +65,35 @@ def test_narrow_moments(state_dtype, p_dtype):
         ops = operands(sizes, 4, p_dtype, p_dtype, m_dtype=state_dtype, v_dtype=v_dtype)
         check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW)
         check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAM | adamw.UPDATE)
+
+
+def narrow_operands(sizes, dtype, seed=0):
+    """An update written in `dtype`: every buffer of it, the hyper-parameters values of it."""
+    ops = operands(sizes, seed, dtype, dtype, m_dtype=dtype, v_dtype=dtype)
+    return [jnp.float32(s.astype(dtype)) for s in ops[:13]] + ops[13:]
+
+
+# the narrow forms: no clipping, never exact
+NARROW_FORMS = [flags | adamw.NARROW for flags in range(16)]
+
+
+@pytest.mark.parametrize("flags", NARROW_FORMS)
+def test_narrow_math_gives_the_bits_of_the_update_written_in_bf16(flags):
+    # every operation rounded to bf16, as XLA's CPU code computes optax's bf16 update
+    check(adamw.SPEC, narrow_operands(SIZES, jnp.bfloat16, seed=flags), exact=True, flags=flags)
+
+
+@pytest.mark.parametrize("flags", [f for f in NARROW_FORMS if not f & adamw.BIAS_CORRECTION])
+def test_narrow_math_in_f16(flags):
+    # (XLA's CPU code divides an f16 array by a scalar through an f16 reciprocal, the kernel
+    # through an f32 one: fuse-adamw leaves f16 updates with bias correction to XLA there)
+    check(adamw.SPEC, narrow_operands(SIZES, jnp.float16, seed=flags), exact=True, flags=flags)
+
+
+def test_narrow_math_rounds_each_tensor_to_its_own_dtype():
+    ops = narrow_operands([(9,), (70_001,)], jnp.bfloat16, seed=7)
+    ops += narrow_operands([(40_000,)], jnp.float16, seed=8)[13:]
+    check(adamw.SPEC, ops, exact=True, flags=adamw.EPS_ROOT | adamw.NARROW)
 
 
 def test_mixed_dtypes_in_one_call():
@@ -152,4 +181,10 @@ def test_cuda_kernel_matches_reference(flags, p_dtype):
 def malformed_calls():
     """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
     results per tensor, flags."""
-    return {"jgsess_adamw": multi_tensor("jgsess_adamw", 13, 4, 3, flags=7)}
+    good, bad = multi_tensor("jgsess_adamw", 13, 4, 3, flags=7, narrow=adamw.NARROW)
+    operands = [jnp.float32(0.5)] * 13 + [array((N,), BF16)] * 4
+    flags = adamw.OPTAX_ADAMW | adamw.NARROW | adamw.CLIP  # not a form: narrow clips in bf16
+    bad["narrow math with clipping"] = call(
+        "jgsess_adamw", operands, [spec((N,), BF16)] * 3, flags=flags
+    )
+    return {"jgsess_adamw": (good, bad)}

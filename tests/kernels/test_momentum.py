@@ -43,6 +43,20 @@ def test_narrow_accumulator(acc_dtype, p_dtype):
         check(momentum.SPEC, ops, flags=flags)
 
 
+def narrow_operands(sizes, dtype, seed=0):
+    """An update written in `dtype`: every buffer of it, the hyper-parameters values of it."""
+    ops = operands(sizes, seed, dtype, dtype, dtype)
+    return [jnp.float32(s.astype(dtype)) for s in ops[:4]] + ops[4:]
+
+
+@pytest.mark.parametrize("flags", [flags | momentum.NARROW for flags in range(16)])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_narrow_math_gives_the_bits_of_the_update_written_in_its_dtype(flags, dtype):
+    # every operation rounded to the tensors' dtype, as XLA's CPU code computes optax's sgd
+    # with a narrow parameter's accumulator
+    check(momentum.SPEC, narrow_operands(SIZES, dtype, flags), exact=True, flags=flags)
+
+
 def test_non_finite_values_propagate():
     ops = operands([(4,)])
     ops[5] = ops[5].at[0].set(jnp.nan).at[1].set(jnp.inf)
@@ -65,4 +79,5 @@ def test_cuda_kernel_matches_reference(flags):
 def malformed_calls():
     """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
     results per tensor, flags."""
-    return {"jgsess_momentum": multi_tensor("jgsess_momentum", 4, 3, 2, flags=3)}
+    narrow = momentum.NARROW
+    return {"jgsess_momentum": multi_tensor("jgsess_momentum", 4, 3, 2, flags=3, narrow=narrow)}

@@ -1,7 +1,7 @@
 """The CPU kernels' vector loops (csrc/common/simd.h) give the same bits on every instruction
-set: each JGSESS_SIMD path runs the optimizer, cast, ReLU-mask and BatchNorm kernels in a
-process of its own, on random operands of odd sizes and mixed dtypes, and the results must be
-equal byte for byte."""
+set: each JGSESS_SIMD path runs the optimizer (narrow math too), cast, ReLU-mask and BatchNorm
+kernels in a process of its own, on random operands of odd sizes and mixed dtypes, and the
+results must be equal byte for byte."""
 
 import hashlib
 import json
@@ -22,10 +22,12 @@ ISAS = ["baseline", "avx2", "avx512"]
 def digest_of_results() -> dict:
     """What one process computes: the SIMD path it took and a hash of each kernel's results."""
     from tests.kernels.common import kernel_fn
+    from tests.kernels.test_adamw import narrow_operands as adamw_narrow
     from tests.kernels.test_adamw import operands as adamw_operands
     from tests.kernels.test_batch_norm import backward_case, bind, forward_case
     from tests.kernels.test_cast_all import PAIRS
     from tests.kernels.test_cast_all import operands as cast_operands
+    from tests.kernels.test_momentum import narrow_operands as momentum_narrow
     from tests.kernels.test_momentum import operands as momentum_operands
     from tests.kernels.test_relu_mask import values as relu_values
 
@@ -46,6 +48,13 @@ def digest_of_results() -> dict:
             cases[name] = kernel_fn(momentum.SPEC, flags=flags)(*ops)
         ops = momentum_operands(sizes, flags, acc_dtype=jnp.bfloat16)  # in registers too
         cases[f"momentum {flags} bf16 accumulator"] = kernel_fn(momentum.SPEC, flags=flags)(*ops)
+    for dtype in (jnp.bfloat16, jnp.float16):  # narrow math: every operation rounded
+        flags = adamw.OPTAX_ADAMW | adamw.NARROW
+        ops = adamw_narrow(sizes, dtype, seed=1)
+        cases[f"adamw narrow {dtype.__name__}"] = kernel_fn(adamw.SPEC, flags=flags)(*ops)
+        flags = momentum.NESTEROV | momentum.WEIGHT_DECAY | momentum.NARROW
+        ops = momentum_narrow(sizes, dtype, seed=2)
+        cases[f"momentum narrow {dtype.__name__}"] = kernel_fn(momentum.SPEC, flags=flags)(*ops)
     norms = [((3, 6, 5, 7), 1, jnp.float32), ((40, 41, 9), 2, jnp.float32)]  # NCHW, rank 3
     norms += [((16, 9, 9, 48), 3, dtype) for dtype in (jnp.float32, jnp.bfloat16)]  # NHWC
     for shape, axis, dtype in norms:

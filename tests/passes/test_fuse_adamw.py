@@ -1,14 +1,23 @@
 """fuse-adamw: fires on unmodified optax and MindSpore-style code, never on near misses,
 and the fused step equals the unfused one."""
 
+import functools
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
 import optax
 import pytest
 
 import jgsess
+from jgsess.kernels import adamw
+from jgsess.passes.fusions.optimizer import narrow_math_matches
 from tests.helpers import assert_trees_close, rand
-from tests.optax_steps import SHAPES, compare, tree
+from tests.optax_steps import SHAPES, assert_bit_equal, compare, run_steps, tree
+
+BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
 
 N = len(SHAPES)
 
@@ -186,3 +195,83 @@ def test_every_form_needs_a_sqrt_and_a_graph_without_one_never_traces_them():
     step = jax.make_jaxpr(lambda p, g, s: opt.update(g, s, p))(params, params, opt.init(params))
     probe.run(from_jaxpr(step), Context())
     assert traced == [True]
+
+
+# updates written in bf16 (optax keeps a bf16 parameter's mu and nu in bf16): the kernel's
+# narrow form, every operation rounded to bf16 as XLA's CPU code computes it
+NARROW = {
+    "adamw": optax.adamw(1e-3, weight_decay=1e-4),  # b2 = 0.999 is 1.0 in bf16
+    "adam-b2": optax.adam(1e-2, b2=0.99),
+    "adam-eps-root": optax.adam(1e-3, eps_root=1e-8),
+    "warmup-cosine": optax.adamw(optax.warmup_cosine_decay_schedule(0.0, 1e-2, 2, 50)),
+    "update-only": optax.chain(optax.scale_by_adam(), optax.scale(-1e-3)),
+}
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_an_update_written_in_bf16_fuses_bit_for_bit(name):
+    report, text, pairs = run_steps(NARROW[name], dtype=jnp.bfloat16)
+    assert report.fusions["adamw"] == N
+    assert [k.kernel for k in report.kernels] == ["adamw"]  # one call for the tree
+    assert 'custom_call_target="jgsess_adamw"' in text
+    assert_bit_equal(pairs)
+
+
+def test_the_probe_reads_how_xla_rounds_narrow_updates_on_the_cpu():
+    flags = adamw.OPTAX_ADAMW | adamw.NARROW
+    assert narrow_math_matches(adamw.SPEC, flags, BF16, "cpu")
+    # XLA's CPU code divides an f16 array by a scalar through an f16 reciprocal
+    assert not narrow_math_matches(adamw.SPEC, flags, F16, "cpu")
+    assert narrow_math_matches(adamw.SPEC, flags & ~adamw.BIAS_CORRECTION, F16, "cpu")
+
+
+@pytest.mark.parametrize(
+    "opt, dtype",
+    [
+        (optax.adamw(1e-3, eps=1e-4), jnp.float16),  # the probe: XLA's f16 rounds otherwise
+        (optax.adamw(1e-3), jnp.float16),  # eps = 1e-8 is 0.0 in f16: no form without eps
+        (optax.adamw(1e-3, mu_dtype=jnp.float32), jnp.bfloat16),  # mu f32, nu bf16: mixed
+        (optax.nadam(1e-3), jnp.bfloat16),
+    ],
+    ids=["f16", "f16-eps", "f32-mu", "nadam"],
+)
+def test_narrow_near_misses_keep_xlas_code(opt, dtype):
+    report, text, pairs = run_steps(opt, dtype=dtype)
+    assert report.fusions["adamw"] == 0 and "jgsess_adamw" not in text
+    assert_bit_equal(pairs)
+
+
+def test_the_report_says_why_an_f16_update_is_not_fused():
+    report, _, _ = run_steps(optax.adamw(1e-3, eps=1e-4), steps=1, dtype=jnp.float16)
+    assert "float16 arithmetic on cpu rounds unlike the kernel's" in str(report)
+
+
+def test_a_flax_model_with_bf16_parameters_fuses_bit_for_bit():
+    # what users write: a flax model in bf16 (optax keeps mu and nu in bf16), weight decay, a
+    # warmup-cosine schedule; the whole step under jgsess.jit equals jax.jit's, step by step
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            dense = functools.partial(nn.Dense, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16)
+            return dense(5)(nn.relu(dense(37)(x)))
+
+    model = MLP()
+    x, y = rand((16, 11), 0).astype(jnp.bfloat16), rand((16, 5), 1).astype(jnp.bfloat16)
+    params = model.init(jax.random.PRNGKey(2), x)
+    schedule = optax.warmup_cosine_decay_schedule(0.0, 1e-2, 2, 100)
+    opt = optax.adamw(schedule, weight_decay=1e-2)
+
+    def step(params, state, x, y):
+        loss, grads = jax.value_and_grad(lambda p: jnp.mean((model.apply(p, x) - y) ** 2))(params)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    state = opt.init(params)
+    fused, plain = jgsess.jit(step), jax.jit(step)
+    report = fused.report(params, state, x, y)
+    assert report.fusions["adamw"] == 4
+    assert [k.kernel for k in report.kernels] == ["adamw"]
+    ours = theirs = (params, state)
+    for _ in range(3):
+        ours, theirs = fused(*ours[:2], x, y), plain(*theirs[:2], x, y)
+        assert_bit_equal([(ours, theirs)])

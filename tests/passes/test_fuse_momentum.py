@@ -8,7 +8,7 @@ import pytest
 
 import jgsess
 from tests.helpers import assert_trees_close, rand
-from tests.optax_steps import SHAPES, compare
+from tests.optax_steps import SHAPES, assert_bit_equal, compare, run_steps
 
 N = len(SHAPES)
 
@@ -106,3 +106,32 @@ def test_kernel_for_large_and_small_tensors_alike():
     for report in (large, small):
         (choice,) = report.kernels
         assert choice.impl == "kernel"
+
+
+@pytest.mark.parametrize(
+    "opt, dtype",
+    [
+        (optax.sgd(0.1, momentum=0.9), jnp.bfloat16),
+        (optax.sgd(optax.cosine_decay_schedule(0.1, 100), momentum=0.9), jnp.bfloat16),
+        (optax.sgd(0.05, momentum=0.5, nesterov=True), jnp.bfloat16),
+        (optax.chain(optax.add_decayed_weights(1e-4), optax.sgd(0.1, momentum=0.9)), jnp.bfloat16),
+        (optax.sgd(0.1, momentum=0.9), jnp.float16),
+    ],
+    ids=["momentum", "cosine", "nesterov", "decay", "f16"],
+)
+def test_an_update_written_in_its_narrow_dtype_fuses_bit_for_bit(opt, dtype):
+    # optax keeps a narrow parameter's accumulator in its dtype: the kernel's narrow form,
+    # every operation rounded as XLA's CPU code rounds it
+    report, text, pairs = run_steps(opt, dtype=dtype)
+    assert report.fusions["momentum"] == N
+    assert 'custom_call_target="jgsess_momentum"' in text
+    assert_bit_equal(pairs)
+
+
+@pytest.mark.parametrize(
+    "opt", [optax.sgd(0.1), optax.noisy_sgd(0.1, key=0)], ids=["no-momentum", "noisy"]
+)
+def test_narrow_near_misses_keep_xlas_code(opt):
+    report, text, pairs = run_steps(opt, dtype=jnp.bfloat16)
+    assert report.fusions["momentum"] == 0 and "jgsess_momentum" not in text
+    assert_bit_equal(pairs)

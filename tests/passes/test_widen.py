@@ -12,7 +12,7 @@ import pytest
 import jgsess
 from jgsess.passes import dce, widen
 from tests.helpers import assert_trees_close, evaluate, graph_of, rand, run_passes
-from tests.optax_steps import SHAPES, tree, update_step
+from tests.optax_steps import SHAPES, assert_bit_equal, run_steps
 
 BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
 STRICT = {"xla_allow_excess_precision": False}
@@ -68,32 +68,6 @@ OPTIMIZERS = {
         "adamw",
     ),
 }
-
-
-def run_steps(opt, steps=3, **options):
-    """jgsess.jit's and jax.jit's steps side by side: their results after each step, and
-    jgsess's report and compiled text."""
-    params = tree(0)
-    step = update_step(opt)
-    fused = jgsess.jit(step, donate_argnums=(0, 1), **options)
-    plain = jax.jit(step, **options)
-    state = opt.init(params)
-    grads = [tree(10 + i, 0.1) for i in range(steps)]
-    report = fused.report(params, state, grads[0])
-    text = fused.lower(params, state, grads[0]).compile().as_text()
-    ours = theirs = (params, state)
-    pairs = []
-    for g in grads:
-        theirs = plain(*theirs, g)
-        ours = fused(*jax.tree.map(jnp.copy, ours), g)
-        pairs.append((ours, theirs))
-    return report, text, pairs
-
-
-def assert_bit_equal(pairs):
-    for ours, theirs in pairs:
-        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
-            np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)

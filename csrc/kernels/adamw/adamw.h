@@ -15,6 +15,11 @@
 // (m' * (1/bc1), v' * (1/bc2), g * (clip/norm)), as XLA's CPU code computes `x / scalar`: the
 // results equal the reference's as XLA runs it, bit for bit (benchmarks/optimizer_ulp.py), and
 // two of three divisions per element go. kExact divides (IEEE division, as numpy does).
+//
+// Under kNarrowMath the update is optax's written in the tensors' bf16/f16 (every buffer of a
+// tensor one narrow type): the same operations, each result rounded to that type
+// (optimizer.h's InBf16 / InF16), as XLA's code for it computes them; with no clip and never
+// exact (XLA's narrow `x / scalar` rounds to the same bits either way).
 #pragma once
 
 #include <cmath>
@@ -34,7 +39,8 @@ enum AdamwFlags : int64_t {
   kWeightDecay = 4,
   kUpdate = 8,  // result 0 is optax's update -(lr*u), not the new parameter
   kClip = 16,
-  kExact = 32,  // IEEE division where the formula divides (JGSESS_NUMERICS=exact)
+  kExact = 32,       // IEEE division where the formula divides (JGSESS_NUMERICS=exact)
+  kNarrowMath = 64,  // every operation rounded to the tensor's bf16/f16
 };
 
 // The hyper-parameters, rank-0 f32 operands in this order before the tensors
@@ -55,31 +61,35 @@ JGSESS_HOST_DEVICE AdamwReciprocals Reciprocals(const AdamwHyper& h) {
   return {1.0f / h.bc1, 1.0f / h.bc2, h.clip / h.norm};
 }
 
-template <int64_t kFlags>
+template <int64_t kFlags, typename Q = InF32>
 JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, const AdamwReciprocals& r, float p,
                                      float g, float m, float v, float* p_out, float* m_out,
-                                     float* v_out) {
+                                     float* v_out, Q q = {}) {
   constexpr bool kDivide = (kFlags & kExact) != 0;
-  if constexpr ((kFlags & kClip) != 0) {
+  if constexpr ((kFlags & kClip) != 0) {  // never with kNarrowMath: f32 operations
     const float clipped = kDivide ? (g / h.norm) * h.clip : g * r.clip_scale;
     g = h.keep != 0.0f ? g : clipped;
   }
-  float m2 = h.omb1 * g + h.b1 * m;
-  float v2 = h.omb2 * (g * g) + h.b2 * v;
+  float m2 = q(q(h.omb1 * g) + q(h.b1 * m));
+  float v2 = q(q(h.omb2 * q(g * g)) + q(h.b2 * v));
   float mhat = m2, vhat = v2;
   if constexpr ((kFlags & kBiasCorrection) != 0) {
-    mhat = kDivide ? m2 / h.bc1 : m2 * r.rbc1;
-    vhat = kDivide ? v2 / h.bc2 : v2 * r.rbc2;
+    mhat = q(kDivide ? m2 / h.bc1 : m2 * r.rbc1);
+    vhat = q(kDivide ? v2 / h.bc2 : v2 * r.rbc2);
   }
-  if constexpr ((kFlags & kEpsRoot) != 0) vhat = vhat + h.eps_root;
-  float u = mhat / (sqrtf(vhat) + h.eps);
-  if constexpr ((kFlags & kWeightDecay) != 0) u = u + h.wd * p;
-  *p_out = StepResult<(kFlags & kUpdate) != 0>(p, h.lr, u);
+  if constexpr ((kFlags & kEpsRoot) != 0) vhat = q(vhat + h.eps_root);
+  float u = q(mhat / q(q(sqrtf(vhat)) + h.eps));
+  if constexpr ((kFlags & kWeightDecay) != 0) u = q(u + q(h.wd * p));
+  *p_out = StepResult<(kFlags & kUpdate) != 0>(p, h.lr, u, q);
   *m_out = m2;
   *v_out = v2;
 }
 
-constexpr int64_t kAdamwForms = 64;  // flags in [0, 64)
+// flags in [0, 128), the narrow forms without kClip and kExact
+constexpr int64_t kAdamwForms = 128;
+constexpr bool AdamwForm(int64_t flags) {
+  return (flags & kNarrowMath) == 0 || (flags & (kClip | kExact)) == 0;
+}
 
 }  // namespace jgsess
 

@@ -1,7 +1,8 @@
 // Multi-tensor Adam / AdamW on the CPU: all cores (XLA's intra-op pool), inner loops for the
 // CPU's widest vectors (common/simd.h);
 // bf16 / f16 parameters, gradients and moments are widened on load and rounded on store (bf16
-// parameters and gradients in registers).
+// parameters and gradients in registers); an update written in bf16/f16 (kNarrowMath) reads and
+// writes its narrow buffers in place.
 #include "common/convert.h"
 #include "common/ffi.h"
 #include "common/simd.h"
@@ -16,24 +17,42 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
   // p, g, m, v -> p', m', v'
   auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets);
   if (tensors.has_error()) return tensors.error();
-  return DispatchFlags<kAdamwForms>(flags, "adamw", [&]<int64_t kFlags>() {
+  return DispatchFlags<kAdamwForms, AdamwForm>(flags, "adamw", [&]<int64_t kFlags>() {
+    if constexpr ((kFlags & kNarrowMath) != 0) {
+      auto narrow = CheckNarrow("adamw", *tensors);
+      if (narrow.failure()) return narrow;
+    }
     return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {
       const AdamwHyper h = LoadHyper(member);
       const AdamwReciprocals r = Reciprocals(h);
       // outputs may be their operands (in place); element i touches index i only
-      auto step = [&](const auto* p, const auto* g, const auto* m, const float* const* rest,
-                      auto* p_out, auto* m_out, float* const* rest_out, int64_t n) {
-        const float* v = rest[0];
-        float* v_out = rest_out[0];
-        SimdFor(n, [&](int64_t i) {
-          float p2, m2;
-          AdamwElement<kFlags>(h, r, Widen(p[i]), Widen(g[i]), Widen(m[i]), v[i], &p2, &m2,
-                               &v_out[i]);
-          Narrow(p2, &p_out[i]);
-          Narrow(m2, &m_out[i]);
-        });
-      };
-      RunOptimizer<4, 3>(pool, part, step);
+      if constexpr ((kFlags & kNarrowMath) != 0) {
+        auto step = [&](auto q, const auto* const* in, auto* const* out, int64_t n) {
+          SimdFor(n, [&](int64_t i) {
+            float p2, m2, v2;
+            AdamwElement<kFlags>(h, r, Widen(in[0][i]), Widen(in[1][i]), Widen(in[2][i]),
+                                 Widen(in[3][i]), &p2, &m2, &v2, q);
+            NarrowExact(p2, &out[0][i]);
+            NarrowExact(m2, &out[1][i]);
+            NarrowExact(v2, &out[2][i]);
+          });
+        };
+        RunNarrowOptimizer<4, 3>(pool, part, step);
+      } else {
+        auto step = [&](const auto* p, const auto* g, const auto* m, const float* const* rest,
+                        auto* p_out, auto* m_out, float* const* rest_out, int64_t n) {
+          const float* v = rest[0];
+          float* v_out = rest_out[0];
+          SimdFor(n, [&](int64_t i) {
+            float p2, m2;
+            AdamwElement<kFlags>(h, r, Widen(p[i]), Widen(g[i]), Widen(m[i]), v[i], &p2, &m2,
+                                 &v_out[i]);
+            Narrow(p2, &p_out[i]);
+            Narrow(m2, &m_out[i]);
+          });
+        };
+        RunOptimizer<4, 3>(pool, part, step);
+      }
       return ffi::Error::Success();
     });
   });

@@ -9,6 +9,23 @@ namespace {
 
 using AdamwTable = TensorTable<7, 96, 320>;  // p, g, m, v, p', m', v'
 
+// Elements [begin, end) of tensor t, each operation rounded by q.
+template <int64_t kFlags, typename Q>
+__device__ void AdamwChunk(const AdamwTable& table, const AdamwHyper& h, const AdamwReciprocals& r,
+                           int t, int64_t begin, int64_t end, Q q) {
+  const Elem p_type = table.type[0][t], g_type = table.type[1][t], out_type = table.type[4][t];
+  const Elem m_type = table.type[2][t], v_type = table.type[3][t];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    float p_new, m_new, v_new;
+    AdamwElement<kFlags>(h, r, LoadF32(table.ptr[0][t], p_type, i),
+                         LoadF32(table.ptr[1][t], g_type, i), LoadF32(table.ptr[2][t], m_type, i),
+                         LoadF32(table.ptr[3][t], v_type, i), &p_new, &m_new, &v_new, q);
+    StoreF32(table.ptr[4][t], out_type, i, p_new);
+    StoreF32(table.ptr[5][t], table.type[5][t], i, m_new);
+    StoreF32(table.ptr[6][t], table.type[6][t], i, v_new);
+  }
+}
+
 template <int64_t kFlags>
 __global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
   const AdamwHyper h = LoadHyper(hyper);
@@ -16,16 +33,14 @@ __global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
-  const Elem p_type = table.type[0][t], g_type = table.type[1][t], out_type = table.type[4][t];
-  const Elem m_type = table.type[2][t], v_type = table.type[3][t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float p_new, m_new, v_new;
-    AdamwElement<kFlags>(h, r, LoadF32(table.ptr[0][t], p_type, i),
-                         LoadF32(table.ptr[1][t], g_type, i), LoadF32(table.ptr[2][t], m_type, i),
-                         LoadF32(table.ptr[3][t], v_type, i), &p_new, &m_new, &v_new);
-    StoreF32(table.ptr[4][t], out_type, i, p_new);
-    StoreF32(table.ptr[5][t], table.type[5][t], i, m_new);
-    StoreF32(table.ptr[6][t], table.type[6][t], i, v_new);
+  if constexpr ((kFlags & kNarrowMath) != 0) {
+    if (table.type[0][t] == Elem::kBF16) {
+      AdamwChunk<kFlags>(table, h, r, t, begin, end, InBf16{});
+    } else {
+      AdamwChunk<kFlags>(table, h, r, t, begin, end, InF16{});
+    }
+  } else {
+    AdamwChunk<kFlags>(table, h, r, t, begin, end, InF32{});
   }
 }
 
@@ -35,7 +50,11 @@ ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flag
   auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets);
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = cudaSuccess;
-  ffi::Error status = DispatchFlags<kAdamwForms>(flags, "adamw", [&]<int64_t kFlags>() {
+  ffi::Error status = DispatchFlags<kAdamwForms, AdamwForm>(flags, "adamw", [&]<int64_t kFlags>() {
+    if constexpr ((kFlags & kNarrowMath) != 0) {
+      auto narrow = CheckNarrow("adamw", *tensors);
+      if (narrow.failure()) return narrow;
+    }
     return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {
       if (err == cudaSuccess) {
         err = MultiTensorApply<4, 3, 96, 320>(part, [&](const AdamwTable& table, int blocks) {

@@ -9,7 +9,9 @@
 //   p'   = p - lr*d            or the update itself, -(lr*d)                       (kUpdate)
 //
 // optax.sgd(momentum, nesterov) and MindSpore's ApplyMomentum with weight decay and/or a loss
-// scale [ApplyMomentum{WeightDecay,Scale,WeightDecayScale}Fusion] are all this formula.
+// scale [ApplyMomentum{WeightDecay,Scale,WeightDecayScale}Fusion] are all this formula. Under
+// kMomentumNarrowMath it is written in the tensors' bf16/f16 (every buffer of a tensor one
+// narrow type): each operation's result rounded to it, as XLA's code computes it.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +28,8 @@ enum MomentumFlags : int64_t {
   kMomentumWeightDecay = 1,
   kMomentumScale = 2,
   kMomentumNesterov = 4,
-  kMomentumUpdate = 8,  // result 0 is optax's update -(lr*d), not the new parameter
+  kMomentumUpdate = 8,       // result 0 is optax's update -(lr*d), not the new parameter
+  kMomentumNarrowMath = 16,  // every operation rounded to the tensor's bf16/f16
 };
 
 // The hyper-parameters, rank-0 f32 operands in this order before the tensors
@@ -35,20 +38,20 @@ struct MomentumHyper {
   float lr, mu, wd, scale;
 };
 
-template <int64_t kFlags>
+template <int64_t kFlags, typename Q = InF32>
 JGSESS_HOST_DEVICE void MomentumElement(const MomentumHyper& h, float p, float g, float acc,
-                                        float* p_out, float* acc_out) {
+                                        float* p_out, float* acc_out, Q q = {}) {
   float gt = g;
-  if constexpr ((kFlags & kMomentumWeightDecay) != 0) gt = p * h.wd + gt;
-  if constexpr ((kFlags & kMomentumScale) != 0) gt = gt * h.scale;
-  const float acc2 = h.mu * acc + gt;
+  if constexpr ((kFlags & kMomentumWeightDecay) != 0) gt = q(q(p * h.wd) + gt);
+  if constexpr ((kFlags & kMomentumScale) != 0) gt = q(gt * h.scale);
+  const float acc2 = q(q(h.mu * acc) + gt);
   float d = acc2;
-  if constexpr ((kFlags & kMomentumNesterov) != 0) d = gt + h.mu * acc2;
-  *p_out = StepResult<(kFlags & kMomentumUpdate) != 0>(p, h.lr, d);
+  if constexpr ((kFlags & kMomentumNesterov) != 0) d = q(gt + q(h.mu * acc2));
+  *p_out = StepResult<(kFlags & kMomentumUpdate) != 0>(p, h.lr, d, q);
   *acc_out = acc2;
 }
 
-constexpr int64_t kMomentumForms = 16;  // flags in [0, 16)
+constexpr int64_t kMomentumForms = 32;  // flags in [0, 32)
 
 }  // namespace jgsess
 

@@ -8,21 +8,36 @@ namespace {
 
 using MomentumTable = TensorTable<5, 128, 320>;  // p, g, acc, p', acc'
 
-template <int64_t kFlags>
-__global__ void MomentumKernel(MomentumTable table, HyperPtrs<MomentumHyper> hyper) {
-  const MomentumHyper h = LoadHyper(hyper);
-  const int t = table.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
-  const int64_t end = min(table.size[t], begin + kCudaChunk);
+// Elements [begin, end) of tensor t, each operation rounded by q.
+template <int64_t kFlags, typename Q>
+__device__ void MomentumChunk(const MomentumTable& table, const MomentumHyper& h, int t,
+                              int64_t begin, int64_t end, Q q) {
   const Elem p_type = table.type[0][t], g_type = table.type[1][t], out_type = table.type[3][t];
   const Elem acc_type = table.type[2][t];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     float p_new, acc_new;
     MomentumElement<kFlags>(h, LoadF32(table.ptr[0][t], p_type, i),
                             LoadF32(table.ptr[1][t], g_type, i),
-                            LoadF32(table.ptr[2][t], acc_type, i), &p_new, &acc_new);
+                            LoadF32(table.ptr[2][t], acc_type, i), &p_new, &acc_new, q);
     StoreF32(table.ptr[3][t], out_type, i, p_new);
     StoreF32(table.ptr[4][t], table.type[4][t], i, acc_new);
+  }
+}
+
+template <int64_t kFlags>
+__global__ void MomentumKernel(MomentumTable table, HyperPtrs<MomentumHyper> hyper) {
+  const MomentumHyper h = LoadHyper(hyper);
+  const int t = table.block_tensor[blockIdx.x];
+  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
+  const int64_t end = min(table.size[t], begin + kCudaChunk);
+  if constexpr ((kFlags & kMomentumNarrowMath) != 0) {
+    if (table.type[0][t] == Elem::kBF16) {
+      MomentumChunk<kFlags>(table, h, t, begin, end, InBf16{});
+    } else {
+      MomentumChunk<kFlags>(table, h, t, begin, end, InF16{});
+    }
+  } else {
+    MomentumChunk<kFlags>(table, h, t, begin, end, InF32{});
   }
 }
 
@@ -33,6 +48,10 @@ ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t f
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = cudaSuccess;
   ffi::Error status = DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {
+    if constexpr ((kFlags & kMomentumNarrowMath) != 0) {
+      auto narrow = CheckNarrow("momentum", *tensors);
+      if (narrow.failure()) return narrow;
+    }
     return ForEachMember("momentum", *hyper, *tensors, [&](const auto& member, const auto& part) {
       if (err == cudaSuccess) {
         err = MultiTensorApply<3, 2, 128, 320>(part, [&](const MomentumTable& table, int blocks) {

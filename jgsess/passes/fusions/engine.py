@@ -19,7 +19,8 @@ candidate replacements in order of preference. The driver supplies what every fu
 
 Pattern fusions (the optimizer updates) build their `find` with `pattern_fusion` from
 `FusionRule(pattern, build)`s: `build(graph, match, outputs)` is the guard and returns the fused
-node, whose results replace `outputs` (the values the pattern's outputs matched), or None.
+node, whose results replace `outputs` (the values the pattern's outputs matched), or None. A
+rule's `selected(node, ctx)` is the rewrite's `selected`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from ...ir import ops
 from ...ir.graph import Graph, Node, Value
 from ...patterns import Match, match
+from ..fold_casts import NARROW
 from ..manager import Context, Pass
 from ..select import available
 from .by_example import ExamplePattern
@@ -162,6 +164,8 @@ class FusionRule:
     negated: bool = False
     # checked on the root value before matching (how it is read, say); None: any root
     root_guard: Callable[[Graph, Value], bool] | None = None
+    # whether selection would take the fused node's kernel (Rewrite.selected); None: it would
+    selected: Callable[[Node, Context], tuple[bool, str]] | None = None
 
 
 def _used_outside(graph: Graph, value: Value, nodes: set[Node]) -> bool:
@@ -169,21 +173,32 @@ def _used_outside(graph: Graph, value: Value, nodes: set[Node]) -> bool:
 
 
 def pattern_fusion(
-    name: str, rules: Callable[[], list[FusionRule]], doc: str = "", needs: frozenset = frozenset()
+    name: str,
+    rules: Callable[[], list[FusionRule]],
+    doc: str = "",
+    needs: frozenset = frozenset(),
+    narrow_rules: Callable[[], list[FusionRule]] | None = None,
 ) -> Fusion:
     """A fusion trying `rules()` (traced once, on first use) at every root, in order.
 
     `needs`: op names of which every rule's pattern has a node matching only these; a graph
     with none of them cannot match, and its rules are not even traced (tracing AdamW's 24
-    forms costs a tenth of a second in every new process, ResNet steps have no `sqrt`)."""
+    forms costs a tenth of a second in every new process, ResNet steps have no `sqrt`).
+    `narrow_rules()`: more rules, tried after them at a bf16/f16 root only (forms a program
+    written in a narrow dtype spells differently), traced on the first such root."""
 
     @functools.cache
-    def by_op() -> dict[str, list[FusionRule]]:
+    def by_op(narrow: bool) -> dict[str, list[FusionRule]]:
         table: dict[str, list[FusionRule]] = {}
-        for rule in rules():
+        for rule in (narrow_rules if narrow else rules)():
             for op in rule.pattern.root.ops:
                 table.setdefault(op, []).append(rule)
         return table
+
+    def candidates(root_node: Node) -> Iterator[FusionRule]:
+        yield from by_op(False).get(root_node.name, ())
+        if narrow_rules is not None and any(v.dtype in NARROW for v in root_node.outputs):
+            yield from by_op(True).get(root_node.name, ())
 
     def find(graph: Graph, root_node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
         if needs:
@@ -191,7 +206,7 @@ def pattern_fusion(
                 memo["present"] = not needs.isdisjoint(node.name for node in graph.live())
             if not memo["present"]:
                 return
-        for rule in by_op().get(root_node.name, ()):
+        for rule in candidates(root_node):
             pattern = rule.pattern
             root = root_node.outputs[pattern.root.index]
             if rule.root_guard is not None and not rule.root_guard(graph, root):
@@ -212,13 +227,20 @@ def pattern_fusion(
                     neg = ops.make("neg", [results[0]], outputs[0].aval)
                     added.append((neg, root_node))
                     results[0] = neg.outputs[0]
-                yield Rewrite(fused.op.name, added, list(zip(outputs, results)), nodes)
+                selected = rule.selected and functools.partial(rule.selected, fused)
+                yield Rewrite(
+                    fused.op.name, added, list(zip(outputs, results)), nodes, selected=selected
+                )
 
     return Fusion(name, None, find, doc)
 
 
 def fusion_pass(
-    name: str, rules: Callable[[], list[FusionRule]], doc: str = "", needs: frozenset = frozenset()
+    name: str,
+    rules: Callable[[], list[FusionRule]],
+    doc: str = "",
+    needs: frozenset = frozenset(),
+    narrow_rules: Callable[[], list[FusionRule]] | None = None,
 ) -> Pass:
     """The pass of a pattern fusion (see `pattern_fusion`)."""
-    return pattern_fusion(name, rules, doc, needs).as_pass()
+    return pattern_fusion(name, rules, doc, needs, narrow_rules).as_pass()

@@ -13,13 +13,15 @@ Every combination of bias correction, eps_root and weight decay is a form: optax
 adam, MindSpore's AdamWeightDecay and Adam (no bias correction, no eps_root) among them. Each
 also as optax's update alone (`neg (mul lr u)`, result 0 the update) and as the scaled step
 (`mul lr u`, read only by a multiplication by a scalar: optax.MultiSteps). Forms with more parts are
-tried first, as MindSpore runs AdamWeightDecayFusion before AdamFusion.
+tried first, as MindSpore runs AdamWeightDecayFusion before AdamFusion. An update written in
+bf16/f16 becomes the kernel's narrow form (optimizer.py); at such a root the forms are also tried
+without `mul b2 v`, for a b2 the narrow dtype rounds to 1.0 (optax's 0.999 in bf16).
 """
 
 from __future__ import annotations
 
 from ...kernels import adamw
-from ...kernels.adamw import BIAS_CORRECTION, EPS_ROOT, UPDATE, WEIGHT_DECAY
+from ...kernels.adamw import BIAS_CORRECTION, EPS_ROOT, NARROW, UPDATE, WEIGHT_DECAY
 from .engine import fusion_pass
 from .optimizer import update_rules
 
@@ -34,8 +36,9 @@ def _used(flags: int) -> tuple:
     return used + ("lr",)
 
 
-def _rules():
+def _rules(absent: tuple = ()):
     unused = {
+        "b2": 1.0,
         "bc1": 1.0,
         "bc2": 1.0,
         "eps_root": 0.0,
@@ -44,9 +47,14 @@ def _rules():
         "norm": 1.0,
         "clip": 1.0,
     }
-    return update_rules(adamw.SPEC, adamw.update, TENSORS, adamw.SCALARS, _used, unused, UPDATE)
+    return update_rules(
+        adamw.SPEC, adamw.update, TENSORS, adamw.SCALARS, _used, unused, UPDATE, NARROW, absent
+    )
 
 
 # every form divides by sqrt(v) + eps (optax's scale_by_adam, MindSpore's AdamWeightDecay)
 NEEDS = frozenset({"sqrt"})
-PASS = fusion_pass("fuse-adamw", _rules, doc=__doc__, needs=NEEDS)
+# in bf16, b2 = 0.999 (optax's default) rounds to 1.0 and canonicalize drops `mul 1.0 v`
+PASS = fusion_pass(
+    "fuse-adamw", _rules, doc=__doc__, needs=NEEDS, narrow_rules=lambda: _rules(absent=("b2",))
+)

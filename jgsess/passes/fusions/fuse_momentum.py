@@ -15,7 +15,7 @@ multiplies by a scalar. Forms with more parts are tried first.
 from __future__ import annotations
 
 from ...kernels import momentum
-from ...kernels.momentum import SCALE, UPDATE, WEIGHT_DECAY
+from ...kernels.momentum import NARROW, SCALE, UPDATE, WEIGHT_DECAY
 from .engine import fusion_pass
 from .optimizer import update_rules
 
@@ -31,7 +31,7 @@ def _used(flags: int) -> tuple:
 def _rules():
     unused = {"wd": 0.0, "scale": 1.0}
     return update_rules(
-        momentum.SPEC, momentum.update, TENSORS, momentum.SCALARS, _used, unused, UPDATE
+        momentum.SPEC, momentum.update, TENSORS, momentum.SCALARS, _used, unused, UPDATE, NARROW
     )
 
 

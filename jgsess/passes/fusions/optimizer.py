@@ -8,22 +8,33 @@ Hyper-parameters a form does not use are passed as constants the kernel ignores;
 does not read (p, in an update without weight decay) is passed as the gradient, whose second
 read the kernel's compiler drops with the unused value.
 
-Guard: every tensor is f32 and of one shape (narrower dtypes come later, from fold-casts);
-every hyper-parameter is an f32 scalar; the new optimizer state (every result after the first)
-is used, as an update's state always is: `p - 0.1*(g + s*noise)` has the shape of a momentum
-step, but with nothing keeping its "accumulator" it is not one, and a kernel would only spend
-bandwidth writing it.
+Guard: every tensor is of one shape and dtype, and every hyper-parameter a scalar of that dtype.
+f32 is the kernels' arithmetic (narrower tensors come later, from fold-casts). An update written
+in bf16 or f16 (optax keeps a narrow parameter's state in its dtype) is the kernel's narrow form:
+each operation rounded to that dtype. XLA's code computes it so on the CPU, but how a compiler
+rounds narrow arithmetic is its own choice, so the narrow form is taken only where the kernel's
+bits equal XLA's for the form on the platform (`narrow_math_matches`, asked once per process),
+and left to XLA's code elsewhere. The new optimizer state (every result after the first) must be
+used, as an update's state always is: `p - 0.1*(g + s*noise)` has the shape of a momentum step,
+but with nothing keeping its "accumulator" it is not one, and a kernel would only spend bandwidth
+writing it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
+import jax
 import numpy as np
 
+from ... import autotune
 from ...ir.graph import Graph, Node, Value
 from ...kernels.spec import KernelSpec
 from ...patterns import Match
+from ..fold_casts import NARROW
+from ..manager import Context
+from ..select import available
 from .by_example import from_function
 from .engine import FusionRule
 
@@ -42,8 +53,36 @@ def form(update: Callable, tensors: tuple, scalars: tuple, used: tuple, flags: i
     return reference, flags, names, negated
 
 
-def _f32(value: Value) -> bool:
-    return value.dtype == np.float32
+@functools.cache
+def narrow_math_matches(
+    spec: KernelSpec, flags: int, dtype: np.dtype, platform: str, compiler_options: tuple = ()
+) -> bool:
+    """Whether the kernel's narrow form `flags` gives the bits XLA's code gives for the update
+    written in `dtype` on `platform` (jax.jit's `compiler_options`): both compiled alone and run
+    on the same random operands (two tensors, one of them a vector's odd tail)."""
+    shared, per_tensor, _ = spec.layout
+    rng = np.random.default_rng(0)
+    scalars = [np.float32(np.asarray(x, dtype)) for x in rng.uniform(0.05, 1.0, shared)]
+    tensors = []
+    for size in (4099, 33):
+        for slot in range(per_tensor):  # p, g, then the state (positive, as a second moment)
+            x = rng.standard_normal(size)
+            tensors.append((np.abs(x) if slot >= 2 else x).astype(dtype))
+    operands = [*scalars, *tensors]
+
+    def run(impl):
+        return lambda *ops: spec.apply(list(ops), {"flags": flags, "impl": impl})[0]
+
+    try:
+        compiled, device = autotune.compile_alone(
+            [run("kernel"), run("xla")], operands, platform, compiler_options
+        )
+    except RuntimeError:  # a platform this process has no device of: XLA cannot be asked
+        return False
+    with jax.ensure_compile_time_eval():
+        args = jax.device_put(operands, device)
+        kernel, xla = ([np.asarray(x, np.float32) for x in fn(*args)] for fn in compiled)
+    return all(np.array_equal(a, b, equal_nan=True) for a, b in zip(kernel, xla))
 
 
 def _scaled_by_scalars(graph: Graph, value: Value) -> bool:
@@ -63,16 +102,28 @@ def update_rules(
     used: Callable,
     unused: dict,
     update_flag: int,
+    narrow_flag: int,
+    absent: tuple = (),
 ) -> list[FusionRule]:
     """FusionRules for every form of `update`: each of its three optional parts (flags 1, 2,
     4) on or off, forms with more parts first; each as the whole step, as optax's update alone
     (`update_flag`: `-(lr*u)`), and as the scaled step `lr*u` that only a multiplication by a
     scalar reads before its sign is taken (optax.MultiSteps: by whether this step applies):
     the kernel's update, negated back, exactly. `used(flags)` names the hyper-parameters a
-    form reads; `unused` gives the values passed to the kernel for the others."""
+    form reads; `unused` gives the values passed to the kernel for the others. `absent`:
+    hyper-parameters every form leaves out, their operations with them (`update` gets None;
+    `unused` gives 1.0): where a narrow dtype rounds them to 1.0, canonicalize drops the
+    multiplication."""
     by_parts = sorted(range(8), key=lambda flags: -bin(flags).count("1"))
     forms = [
-        form(update, tensors, scalars, used(flags), flags | mode, negated)
+        form(
+            update,
+            tensors,
+            scalars,
+            tuple(s for s in used(flags) if s not in absent),
+            flags | mode,
+            negated,
+        )
         for mode, negated in ((0, False), (update_flag, False), (update_flag, True))
         for flags in by_parts
     ]
@@ -82,20 +133,35 @@ def update_rules(
             given = [m.get(k) for k in tensors]
             stand_in = next(a for a in given if a is not None)
             arrays = [stand_in if a is None else a for a in given]
-            if not all(_f32(a) and a.shape == arrays[0].shape for a in arrays):
+            dtype, shape = arrays[0].dtype, arrays[0].shape
+            narrow = dtype in NARROW
+            if not (dtype == np.float32 or narrow) or not all(
+                a.dtype == dtype and a.shape == shape for a in arrays
+            ):
                 return None
             operands = []
             for name in scalars:
                 value = m.get(name)
                 if value is None:
-                    value = Value(arrays[0].aval.update(shape=()), const=np.float32(unused[name]))
-                if value.ndim != 0 or not _f32(value):
+                    f32 = arrays[0].aval.update(shape=(), dtype=np.dtype(np.float32))
+                    value = Value(f32, const=np.float32(unused[name]))
+                elif value.ndim != 0 or value.dtype != dtype:
                     return None
                 operands.append(value)
             avals = [v.aval for v in outputs]
-            return Node(spec, [*operands, *arrays], avals, {"flags": flags})
+            params = {"flags": flags | (narrow_flag if narrow else 0)}
+            return Node(spec, [*operands, *arrays], avals, params)
 
         return build
+
+    def selected(node: Node, ctx: Context) -> tuple[bool, str]:
+        flags = node.params["flags"]
+        if not flags & narrow_flag or not available(spec, ctx.platform)[0]:
+            return True, ""  # f32, or XLA's code runs it anyway (the same operations)
+        dtype = node.inputs[len(scalars)].dtype
+        if narrow_math_matches(spec, flags, dtype, ctx.platform, ctx.compiler_options):
+            return True, ""
+        return False, f"XLA's {dtype} arithmetic on {ctx.platform} rounds unlike the kernel's"
 
     return [
         FusionRule(
@@ -104,6 +170,7 @@ def update_rules(
             results_used=True,
             negated=negated,
             root_guard=_scaled_by_scalars if negated else None,
+            selected=selected,
         )
         for fn, flags, names, negated in forms
     ]
