@@ -2,17 +2,20 @@
 optimizers, and the jgsess kernels alone against the machine's in-place ceiling.
 
 For each parameter set (real model shapes, benchmarks/param_sets.py), optimizer (AdamW, SGD
-with momentum 0.9) and dtypes (f32; bf16 parameters with f32 optimizer state; f32 parameters
-with a bf16 first moment or accumulator, `bf16-state`: optax's mu_dtype / accumulator_dtype),
-these variants run one step `(params, state, grads) -> (params, state)` with params and state
-donated:
+with momentum 0.9) and dtypes (`f32`; `bf16`: bf16 parameters and optax's default state, bf16
+too, as torch keeps it; `bf16-f32-state`: bf16 parameters, f32 mu / accumulator (optax's
+mu_dtype / accumulator_dtype; AdamW's nu stays bf16); `bf16-state`: f32 parameters with a bf16
+mu / accumulator), these variants run one step `(params, state, grads) -> (params, state)`
+with params and state donated:
 
   jax.jit            optax's update + apply_updates, compiled by XLA
   jgsess.jit         the same unmodified function, compiled by jgsess.jit
   jgsess.optim       jgsess.optim's fused step (update and apply in the kernel)
   optax.flatten      optax.flatten(optimizer) under jax.jit (one concatenated vector)
   torch fused        torch.optim.AdamW(fused=True) / torch.optim.SGD(momentum=0.9,
-                     fused=True), when torch is installed (`pip install .[bench]`)
+                     fused=True), when torch is installed (`pip install .[bench]`), where its
+                     state has optax's dtypes (f32, bf16): it computes in f32 and rounds what
+                     it stores, where optax's bf16 update rounds every operation
   kernel             the jgsess kernel alone (its primitive under jax.jit, in place): what
                      the CPU kernel itself reaches
 
@@ -22,7 +25,8 @@ optimizer's traffic (AdamW: read p, g, m, v and write p, m, v in place; momentum
 acc and write p, acc), measured in the same run on one large tensor, at the start and at the
 end (the better of the two); every variant reports its share of it, and of the STREAM triad
 (a = b + s*c, which also pays write-allocate traffic) as a second column. Bytes counted per
-parameter: AdamW 28 (f32), 22 (bf16 p and g) or 24 (bf16 m), momentum 20, 14 or 16.
+parameter: AdamW 28 (f32), 14 (bf16), 20 (bf16-f32-state) or 24 (bf16-state), momentum 20, 10,
+14 or 16.
 
     python benchmarks/optimizer_step.py [--sets resnet50,bert-base] [--dtypes f32,bf16,bf16-state]
         [--optimizers adamw,momentum] [--runs 9] [--out DIR]
@@ -49,10 +53,12 @@ import jgsess  # noqa: E402
 from jgsess import _C  # noqa: E402
 from jgsess.kernels import adamw, momentum  # noqa: E402
 
-# name -> (parameter and gradient dtype, dtype of the first state array: m or acc)
+# name -> (parameter and gradient dtype, dtype of the first state array: m or acc, None for
+# optax's default: the parameters'); AdamW's second moment always has the parameters' dtype
 DTYPES = {
-    "f32": (jnp.float32, jnp.float32),
-    "bf16": (jnp.bfloat16, jnp.float32),
+    "f32": (jnp.float32, None),
+    "bf16": (jnp.bfloat16, None),
+    "bf16-f32-state": (jnp.bfloat16, jnp.float32),
     "bf16-state": (jnp.float32, jnp.bfloat16),
 }
 TRAFFIC = {"adamw": (4, 3), "momentum": (3, 2)}  # arrays read, arrays written back in place
@@ -74,13 +80,15 @@ def optimizers(state_dtype):
 
 
 def itemsizes(dtype_name: str) -> tuple[int, int]:
-    return tuple(jnp.dtype(d).itemsize for d in DTYPES[dtype_name])
+    """Bytes per element of (p and g, the first state array); a second moment has p's."""
+    param, state = DTYPES[dtype_name]
+    return jnp.dtype(param).itemsize, jnp.dtype(state or param).itemsize
 
 
 def bytes_per_param(optimizer: str, dtype_name: str) -> int:
     reads, writes = TRAFFIC[optimizer]
     param, state = itemsizes(dtype_name)
-    return 2 * param + state + 4 * (reads - 3) + param + state + 4 * (writes - 2)
+    return 2 * param + state + param * (reads - 3) + param + state + param * (writes - 2)
 
 
 def log(message: str) -> None:
@@ -97,7 +105,9 @@ def ceilings(n: int = 1 << 24, runs: int = 7) -> dict:
     for optimizer, (reads, writes) in TRAFFIC.items():
         for name in DTYPES:
             param, state = itemsizes(name)
-            out[optimizer, name] = _C.stream_inplace_gbps(n, reads, writes, param, state, runs)
+            out[optimizer, name] = _C.stream_inplace_gbps(
+                n, reads, writes, param, state, runs, rest_bytes=param
+            )
     return out
 
 
@@ -149,6 +159,8 @@ class KernelVariant(JaxVariant):
         spec, flags = (
             (adamw.SPEC, adamw.OPTAX_ADAMW) if optimizer == "adamw" else (momentum.SPEC, 0)
         )
+        if params[0].dtype != jnp.float32 and state_dtype is None:  # the update written in bf16
+            flags |= adamw.NARROW if optimizer == "adamw" else momentum.NARROW
         scalars = [0.9, 0.1, 0.999, 0.001, 0.5, 0.25, 1e-8, 0.0, 1e-4, 1e-3, 1.0, 1.0, 1.0]
         if optimizer == "momentum":
             scalars = [1e-2, 0.9, 0.0, 1.0]
@@ -167,8 +179,8 @@ class KernelVariant(JaxVariant):
         self.grads = grads
         self.operands = list(self.scalars)
         for p, g in zip(params, grads):
-            moments = [jnp.full(p.shape, 1e-3, jnp.float32)] * state
-            moments[0] = moments[0].astype(state_dtype)
+            moments = [jnp.full(p.shape, 1e-3, p.dtype)] * state  # v: the parameters' dtype
+            moments[0] = moments[0].astype(state_dtype or p.dtype)
             self.operands += [jnp.copy(p), g, *moments]
         self.operands = [jnp.copy(x) for x in self.operands]
         self.base, self.per_tensor = base, per_tensor
@@ -262,11 +274,11 @@ def make_variants(optimizer: str, dtype_name: str, params, grads) -> dict:
         ),
         "kernel": lambda: KernelVariant(optimizer, params, grads, state_dtype),
     }
-    if dtype_name != "f32":
+    if state_dtype is not None:
         del variants["optax.flatten"]  # its one vector is one dtype
-    if param_dtype != jnp.float32:
+    if param_dtype != jnp.float32 and state_dtype is not None:
         del variants["jgsess.optim"]  # f32 state of bf16 params
-    if torch_available() and state_dtype == jnp.float32:  # torch's state has p's dtype
+    if torch_available() and state_dtype is None:  # torch's state has p's dtype
         variants["torch fused"] = lambda: TorchVariant(optimizer, params, grads)
     return variants
 

@@ -17,9 +17,9 @@ PYBIND11_MODULE(_C, m) {
         "best STREAM triad bandwidth (GB/s) over f32 arrays of n elements, all CPU threads");
   m.def("stream_inplace_gbps", &jgsess::StreamInplaceGbps, pybind11::arg("n"),
         pybind11::arg("reads"), pybind11::arg("writes"), pybind11::arg("param_bytes"),
-        pybind11::arg("state_bytes"), pybind11::arg("repeats"),
+        pybind11::arg("state_bytes"), pybind11::arg("repeats"), pybind11::arg("rest_bytes") = 4,
         "best in-place stream bandwidth (GB/s) with an optimizer's traffic: `reads` arrays of n "
         "elements read, the first `writes` written back in place (AdamW 4, 3; momentum 3, 2); "
         "the parameter and gradient of `param_bytes` bytes, the first state array of "
-        "`state_bytes`, any other f32; all CPU threads");
+        "`state_bytes`, any other (v) of `rest_bytes` (4: f32, 2: bf16); all CPU threads");
 }

@@ -62,36 +62,37 @@ inline T Narrow(float x) {
 }
 
 // p, g (Param: f32 or bf16 bits), the first state array (First: f32 or bf16 bits, as optax's
-// mu_dtype / accumulator_dtype) and for AdamW an f32 second one; a += b*c-like work per element,
-// each written array in place.
-template <typename Param, typename First>
+// mu_dtype / accumulator_dtype) and for AdamW a second one (Rest: v, f32 or bf16 bits); a +=
+// b*c-like work per element, each written array in place.
+template <typename Param, typename First, typename Rest>
 double InplaceSeconds(int64_t n, int reads, int writes, int repeats) {
   const int threads = HardwareThreads();
   std::unique_ptr<Param[]> p(new Param[n]), g(new Param[n]);
   std::unique_ptr<First[]> first(new First[n]);
-  std::unique_ptr<float[]> second(reads > 3 ? new float[n] : nullptr);
+  std::unique_ptr<Rest[]> second(reads > 3 ? new Rest[n] : nullptr);
   Param *pp = p.get(), *pg = g.get();
   First* pa = first.get();
-  float* pb = second.get();
+  Rest* pb = second.get();
   const bool adamw = reads == 4 && writes == 3;  // else momentum: p, acc written
   OnEveryThread(threads, n, [=](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       pp[i] = Narrow<Param>(1.0f), pg[i] = Narrow<Param>(2.0f), pa[i] = Narrow<First>(0.5f);
-      if (adamw) pb[i] = 0.5f;
+      if (adamw) pb[i] = Narrow<Rest>(0.5f);
     }
   });
   auto run = [&] {
     OnEveryThread(threads, n, [=](int64_t begin, int64_t end) {
       Param *p = pp + begin, *g = pg + begin;
       First* a = pa + begin;
-      float* b = pb + (adamw ? begin : 0);
+      Rest* b = pb + (adamw ? begin : 0);
       if (adamw) {  // p, m, v written
         SimdFor(end - begin, [&](int64_t i) {
           const float gi = Widen(g[i]);
           const float ai = Widen(a[i]) * 0.5f + gi;
+          const float bi = Widen(b[i]) * 0.5f + gi;
           a[i] = Narrow<First>(ai);
-          b[i] = b[i] * 0.5f + gi;
-          p[i] = Narrow<Param>(Widen(p[i]) - ai * b[i]);
+          b[i] = Narrow<Rest>(bi);
+          p[i] = Narrow<Param>(Widen(p[i]) - ai * bi);
         });
       } else {
         SimdFor(end - begin, [&](int64_t i) {
@@ -105,25 +106,34 @@ double InplaceSeconds(int64_t n, int reads, int writes, int repeats) {
   return BestSeconds(repeats, run);
 }
 
+// InplaceSeconds with each array's element type (p and g, m, v) from its bytes: 4 f32, 2 bf16.
+template <typename... Chosen>
+double InplaceSecondsOf(int64_t n, int reads, int writes, int repeats, const int* bytes) {
+  if constexpr (sizeof...(Chosen) == 3) {
+    return InplaceSeconds<Chosen...>(n, reads, writes, repeats);
+  } else if (*bytes == 4) {
+    return InplaceSecondsOf<Chosen..., float>(n, reads, writes, repeats, bytes + 1);
+  } else {
+    return InplaceSecondsOf<Chosen..., uint16_t>(n, reads, writes, repeats, bytes + 1);
+  }
+}
+
 }  // namespace
 
 double StreamInplaceGbps(int64_t n, int reads, int writes, int param_bytes, int state_bytes,
-                         int repeats) {
+                         int repeats, int rest_bytes) {
   const bool adamw = reads == 4 && writes == 3, momentum = reads == 3 && writes == 2;
   auto known = [](int bytes) { return bytes == 4 || bytes == 2; };
-  if (!(adamw || momentum) || !known(param_bytes) || !known(state_bytes) || n <= 0) return 0.0;
-  double seconds;
-  if (param_bytes == 4) {
-    seconds = state_bytes == 4 ? InplaceSeconds<float, float>(n, reads, writes, repeats)
-                               : InplaceSeconds<float, uint16_t>(n, reads, writes, repeats);
-  } else {
-    seconds = state_bytes == 4 ? InplaceSeconds<uint16_t, float>(n, reads, writes, repeats)
-                               : InplaceSeconds<uint16_t, uint16_t>(n, reads, writes, repeats);
+  if (!(adamw || momentum) || !known(param_bytes) || !known(state_bytes) || !known(rest_bytes) ||
+      n <= 0) {
+    return 0.0;
   }
-  // p and g, the first state array, the others f32; read, and all but g written back
-  const double per_array = 2.0 * param_bytes + state_bytes + 4.0 * (reads - 3);
-  const double bytes = per_array + (param_bytes + state_bytes + 4.0 * (writes - 2));
-  return bytes * static_cast<double>(n) / seconds / 1e9;
+  const int bytes[3] = {param_bytes, state_bytes, rest_bytes};
+  const double seconds = InplaceSecondsOf<>(n, reads, writes, repeats, bytes);
+  // p and g, the first state array, the others (v); read, and all but g written back
+  const double per_array = 2.0 * param_bytes + state_bytes + rest_bytes * (reads - 3.0);
+  const double bytes_moved = per_array + (param_bytes + state_bytes + rest_bytes * (writes - 2.0));
+  return bytes_moved * static_cast<double>(n) / seconds / 1e9;
 }
 
 double StreamTriadGbps(int64_t n, int repeats) {
