@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/optimizer.h"
 #include "common/tensor_list.h"
 
 namespace jgsess {
@@ -47,6 +48,21 @@ __device__ __forceinline__ void StoreF32(void* p, Elem type, int64_t i, float v)
     case Elem::kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
     case Elem::kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
     default: static_cast<float*>(p)[i] = v;
+  }
+}
+
+// f(q) with q the element math's rounding (common/optimizer.h): each operation rounded to the
+// tensor's `type` (bf16 or f16) under a narrow-math flag, none otherwise.
+template <bool kNarrow, typename F>
+__device__ __forceinline__ void WithRounding(Elem type, F&& f) {
+  if constexpr (kNarrow) {
+    if (type == Elem::kBF16) {
+      f(InBf16{});
+    } else {
+      f(InF16{});
+    }
+  } else {
+    f(InF32{});
   }
 }
 

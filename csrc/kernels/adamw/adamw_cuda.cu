@@ -33,15 +33,8 @@ __global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
-  if constexpr ((kFlags & kNarrowMath) != 0) {
-    if (table.type[0][t] == Elem::kBF16) {
-      AdamwChunk<kFlags>(table, h, r, t, begin, end, InBf16{});
-    } else {
-      AdamwChunk<kFlags>(table, h, r, t, begin, end, InF16{});
-    }
-  } else {
-    AdamwChunk<kFlags>(table, h, r, t, begin, end, InF32{});
-  }
+  WithRounding<(kFlags & kNarrowMath) != 0>(
+      table.type[0][t], [&](auto q) { AdamwChunk<kFlags>(table, h, r, t, begin, end, q); });
 }
 
 ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flags) {

@@ -30,15 +30,8 @@ __global__ void MomentumKernel(MomentumTable table, HyperPtrs<MomentumHyper> hyp
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
-  if constexpr ((kFlags & kMomentumNarrowMath) != 0) {
-    if (table.type[0][t] == Elem::kBF16) {
-      MomentumChunk<kFlags>(table, h, t, begin, end, InBf16{});
-    } else {
-      MomentumChunk<kFlags>(table, h, t, begin, end, InF16{});
-    }
-  } else {
-    MomentumChunk<kFlags>(table, h, t, begin, end, InF32{});
-  }
+  WithRounding<(kFlags & kMomentumNarrowMath) != 0>(
+      table.type[0][t], [&](auto q) { MomentumChunk<kFlags>(table, h, t, begin, end, q); });
 }
 
 ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flags) {
