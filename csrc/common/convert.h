@@ -7,7 +7,6 @@
 #include <cstring>
 #include <vector>
 
-#include "common/bf16.h"
 #include "common/ffi.h"
 #include "common/optimizer.h"
 #include "common/parallel.h"
@@ -15,6 +14,22 @@
 #include "common/tensor_list.h"
 
 namespace jgsess {
+
+inline float Bf16ToF32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline uint16_t F32ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  return static_cast<uint16_t>(nan ? quiet_nan : rounded);
+}
 
 // dst[0, n) = src[begin, begin + n) widened to f32 (copied, if it is f32).
 inline void LoadF32(DataType type, const void* src, int64_t begin, int64_t n, float* dst) {
