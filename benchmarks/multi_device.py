@@ -6,8 +6,9 @@ Each parameter set (benchmarks/param_sets.py) is updated in three layouts: on on
 single-device ratio, for comparison), data-parallel (parameters and state replicated over the 4
 devices) and FSDP (each array split on its first dimension 4 divides, replicated otherwise).
 Parameters and state are donated. Each multi-device layout is timed together with the one-device
-layout: every round runs the four compiled steps in turn, so the two speed-ups see the same
-machine; the share is the median over rounds of (multi-device speed-up / one-device speed-up).
+layout: every round runs the four compiled steps in turn, three consecutive steps each (one
+timing), so the two speed-ups see the same machine; the share is the median over rounds of
+(multi-device speed-up / one-device speed-up).
 The device count is forced before jax starts (4 host devices sharing this machine's cores, so a
 step's time is that of the whole mesh).
 """
@@ -71,9 +72,12 @@ def step_of(opt):
     return step
 
 
-def time_layouts(shapes, places: dict, optimizer: str, runs: int) -> dict[str, list]:
+def time_layouts(
+    shapes, places: dict, optimizer: str, runs: int, steps: int = 3
+) -> dict[str, list]:
     """Per layout, the ms per step of jax.jit and of jgsess.jit in each round; every round runs
-    each layout's two steps, layouts and variants in turn."""
+    `steps` consecutive steps of each layout's two variants, layouts and variants in turn (one
+    timing of several steps: a single step's time on a shared machine varies by 30% and more)."""
     opt = OPTIMIZERS[optimizer]()
     key = jax.random.PRNGKey(0)
     step = step_of(opt)
@@ -93,10 +97,13 @@ def time_layouts(shapes, places: dict, optimizer: str, runs: int) -> dict[str, l
     for r in range(runs + 2):
         for runner in runners[r % 2 :] + runners[: r % 2]:
             start = time.perf_counter()
-            runner["state"] = jax.block_until_ready(runner["fn"](*runner["state"], runner["grads"]))
+            for _ in range(steps):
+                runner["state"] = jax.block_until_ready(
+                    runner["fn"](*runner["state"], runner["grads"])
+                )
             if r >= 2:  # compile and one warm-up
                 layout, variant = runner["key"]
-                times[layout][variant].append(1e3 * (time.perf_counter() - start))
+                times[layout][variant].append(1e3 * (time.perf_counter() - start) / steps)
     return times
 
 

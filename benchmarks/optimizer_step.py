@@ -19,17 +19,17 @@ with params and state donated:
   kernel             the jgsess kernel alone (its primitive under jax.jit, in place): what
                      the CPU kernel itself reaches
 
-All variants live in one process and run interleaved, round after round, after warm-up; each
-reports the median of its runs. The ceiling is an in-place stream in C++ with exactly the
-optimizer's traffic (AdamW: read p, g, m, v and write p, m, v in place; momentum: read p, g,
-acc and write p, acc), measured in the same run on one large tensor, at the start and at the
-end (the better of the two); every variant reports its share of it, and of the STREAM triad
-(a = b + s*c, which also pays write-allocate traffic) as a second column. Bytes counted per
-parameter: AdamW 28 (f32), 14 (bf16), 20 (bf16-f32-state) or 24 (bf16-state), momentum 20, 10,
-14 or 16.
+All variants live in one process and run interleaved, round after round, after warm-up (each
+round times `--steps` consecutive steps of each variant, 1 by default); each reports the median
+of its runs. The ceiling is an in-place stream in C++ with exactly the optimizer's traffic
+(AdamW: read p, g, m, v and write p, m, v in place; momentum: read p, g, acc and write p, acc),
+measured in the same run on one large tensor, at the start and at the end (the better of the
+two); every variant reports its share of it, and of the STREAM triad (a = b + s*c, which also
+pays write-allocate traffic) as a second column. Bytes counted per parameter: AdamW 28 (f32), 14
+(bf16), 20 (bf16-f32-state) or 24 (bf16-state), momentum 20, 10, 14 or 16.
 
     python benchmarks/optimizer_step.py [--sets resnet50,bert-base] [--dtypes f32,bf16,bf16-state]
-        [--optimizers adamw,momentum] [--runs 9] [--out DIR]
+        [--optimizers adamw,momentum] [--runs 9] [--steps 1] [--out DIR]
 """
 
 from __future__ import annotations
@@ -283,7 +283,9 @@ def make_variants(optimizer: str, dtype_name: str, params, grads) -> dict:
     return variants
 
 
-def run_set(name: str, optimizer: str, dtype_name: str, runs: int, warmup: int) -> dict:
+def run_set(
+    name: str, optimizer: str, dtype_name: str, runs: int, warmup: int, steps: int = 1
+) -> dict:
     dtype = DTYPES[dtype_name][0]
     shapes = SETS[name]()
     count = sum(math.prod(s) for s in shapes)
@@ -309,8 +311,9 @@ def run_set(name: str, optimizer: str, dtype_name: str, runs: int, warmup: int) 
     for r in range(runs):
         for variant in order[r % len(order) :] + order[: r % len(order)]:
             start = time.perf_counter()
-            variants[variant].step()
-            times[variant].append(time.perf_counter() - start)
+            for _ in range(steps):
+                variants[variant].step()
+            times[variant].append((time.perf_counter() - start) / steps)
     medians = {v: statistics.median(t) for v, t in times.items()}
     log(
         f"  {name}/{optimizer}/{dtype_name}: "
@@ -410,6 +413,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default=",".join(DTYPES))
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -424,7 +428,7 @@ def main() -> None:
     for name in args.sets.split(","):
         for optimizer in args.optimizers.split(","):
             for dtype in args.dtypes.split(","):
-                results.append(run_set(name, optimizer, dtype, args.runs, args.warmup))
+                results.append(run_set(name, optimizer, dtype, args.runs, args.warmup, args.steps))
     ceiling = {k: max(v, w) for (k, v), w in zip(ceiling.items(), ceilings().values())}
     text = table(results, ceiling)
     with open(os.path.join(args.out, "optimizer_step.json"), "w") as f:
