@@ -161,6 +161,8 @@ class KernelVariant(JaxVariant):
         )
         if params[0].dtype != jnp.float32 and state_dtype is None:  # the update written in bf16
             flags |= adamw.NARROW if optimizer == "adamw" else momentum.NARROW
+        elif params[0].dtype != jnp.float32 and optimizer == "adamw":  # f32 mu, bf16 nu
+            flags |= adamw.MIXED
         scalars = [0.9, 0.1, 0.999, 0.001, 0.5, 0.25, 1e-8, 0.0, 1e-4, 1e-3, 1.0, 1.0, 1.0]
         if optimizer == "momentum":
             scalars = [1e-2, 0.9, 0.0, 1.0]

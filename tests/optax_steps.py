@@ -75,3 +75,18 @@ def assert_bit_equal(pairs):
     for ours, theirs in pairs:
         for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
             np.testing.assert_array_equal(bits(a), bits(b))
+
+
+def assert_within_ulp(pairs, ulps: int = 1):
+    """Each float leaf of ours within `ulps` units in the last place of theirs, in its dtype
+    (an update whose f32 multiply-adds XLA contracts where the kernel rounds twice)."""
+    for ours, theirs in pairs:
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+            if not jnp.issubdtype(a.dtype, jnp.floating):
+                np.testing.assert_array_equal(a, b)
+                continue
+            a32, b32 = (np.asarray(x, np.float32) for x in (a, b))
+            # the spacing of the dtype at the larger magnitude
+            big = np.maximum(np.abs(a32), np.abs(b32)).astype(a.dtype)
+            spacing = np.asarray(np.spacing(big), np.float32)
+            assert np.all(np.abs(a32 - b32) <= ulps * spacing), np.max(np.abs(a32 - b32) / spacing)

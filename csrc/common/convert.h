@@ -150,30 +150,33 @@ inline void NarrowExact(float x, _Float16* d) { *d = static_cast<_Float16>(x); }
 // The optimizers' layout, (p, g, first, rest...) -> (p', first', rest'...): runs
 // body(p, g, first, rest, p_out, first_out, rest_out, n) on all cores, where p, g and p_out point
 // to T = float or T = Bf16Bits, first and first_out (the first state slot: m, acc) to S = float
-// or S = Bf16Bits, and rest[k], rest_out[k] (any further state: v) to f32. Where the only narrow
-// buffers are bf16 p, g and p', or a bf16 first state (optax's mu_dtype, accumulator_dtype), the
-// body reads and writes them in place, converting in registers (staging them through scratch,
-// as RunMultiTensor does, cost a third of the step: BERT-base momentum 65 ms against XLA's 48);
-// other narrow types (f16, p and g of different types, narrow state with narrow p) are staged.
+// or S = Bf16Bits, and rest[k], rest_out[k] (any further state: v) to R = float, or to Bf16Bits
+// where p is bf16 and first f32 (optax's adamw with mu_dtype=f32 on bf16 parameters). Where the
+// only narrow buffers are bf16 p, g and p' (and such a v), or a bf16 first state (optax's
+// mu_dtype, accumulator_dtype), the body reads and writes them in place, converting in
+// registers (staging them through scratch, as RunMultiTensor does, cost a third of the step:
+// BERT-base momentum 65 ms against XLA's 48); other narrow types (f16, p and g of different
+// types, narrow state with narrow p) are staged.
 template <int kIn, int kOut, typename Body>
 void RunOptimizer(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut>>& tensors,
                   Body body) {
   static_assert(kIn >= 3 && kOut == kIn - 1, "p, g and at least one state slot");
   constexpr int kRest = kIn > 3 ? kIn - 3 : 1;
-  // whether p, g, p' hold `param` and the first state slot and its result `first`, rest f32
-  auto typed = [](const TensorSlots<kIn, kOut>& s, DataType param, DataType first) {
+  // whether p, g, p' hold `param`, the first state slot and its result `first`, the rest `rest`
+  auto typed = [](const TensorSlots<kIn, kOut>& s, DataType param, DataType first,
+                  DataType rest = DataType::F32) {
     bool ok = s.in_type[0] == param && s.in_type[1] == param && s.out_type[0] == param &&
               s.in_type[2] == first && s.out_type[1] == first;
-    for (int k = 3; k < kIn; ++k) ok &= s.in_type[k] == DataType::F32;
-    for (int k = 2; k < kOut; ++k) ok &= s.out_type[k] == DataType::F32;
+    for (int k = 3; k < kIn; ++k) ok &= s.in_type[k] == rest;
+    for (int k = 2; k < kOut; ++k) ok &= s.out_type[k] == rest;
     return ok;
   };
-  auto direct = [&]<typename T, typename S>(const TensorSlots<kIn, kOut>& slots, int64_t begin,
-                                            int64_t end) {
-    const float* rest[kRest];
-    float* rest_out[kRest];
-    for (int k = 3; k < kIn; ++k) rest[k - 3] = static_cast<const float*>(slots.in[k]) + begin;
-    for (int k = 2; k < kOut; ++k) rest_out[k - 2] = static_cast<float*>(slots.out[k]) + begin;
+  auto direct = [&]<typename T, typename S, typename R = float>(const TensorSlots<kIn, kOut>& slots,
+                                                                int64_t begin, int64_t end) {
+    const R* rest[kRest];
+    R* rest_out[kRest];
+    for (int k = 3; k < kIn; ++k) rest[k - 3] = static_cast<const R*>(slots.in[k]) + begin;
+    for (int k = 2; k < kOut; ++k) rest_out[k - 2] = static_cast<R*>(slots.out[k]) + begin;
     body(static_cast<const T*>(slots.in[0]) + begin, static_cast<const T*>(slots.in[1]) + begin,
          static_cast<const S*>(slots.in[2]) + begin, rest, static_cast<T*>(slots.out[0]) + begin,
          static_cast<S*>(slots.out[1]) + begin, rest_out, end - begin);
@@ -184,6 +187,10 @@ void RunOptimizer(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut
   ForEachPiece(pool, tensors, [&](const TensorSlots<kIn, kOut>& slots, int64_t begin, int64_t end) {
     if (typed(slots, DataType::BF16, DataType::F32)) {
       direct.template operator()<Bf16Bits, float>(slots, begin, end);
+    } else if (kIn > 3 && typed(slots, DataType::BF16, DataType::F32, DataType::BF16)) {
+      if constexpr (kIn > 3) {  // a v: compiled for AdamW only
+        direct.template operator()<Bf16Bits, float, Bf16Bits>(slots, begin, end);
+      }
     } else if (typed(slots, DataType::F32, DataType::BF16)) {
       direct.template operator()<float, Bf16Bits>(slots, begin, end);
     } else {

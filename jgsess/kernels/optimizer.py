@@ -34,12 +34,14 @@ def update_kernel(
     prefer_kernel=None,
     exact_flag: int = 0,
     narrow_flag: int = 0,
+    mixed_flag: int = 0,
 ) -> KernelSpec:
     """The spec of a kernel with `per_tensor` operands per tensor (p, g, then the state slots
     `state`) and results (p' or the update, then the new state). `exact_flag`, if the kernel
     has one, is added to the C++ flags under JGSESS_NUMERICS=exact (the kernel then divides,
     IEEE, instead of multiplying by reciprocals as XLA's CPU code does) except in narrow forms
-    (`narrow_flag`: the update written in the tensors' bf16/f16, the update result too)."""
+    (`narrow_flag`: the update written in the tensors' bf16/f16, the update result too) and
+    mixed ones (`mixed_flag`: some operations in a narrow dtype, every operand in its own)."""
     base = len(scalars)
     sources = (0, *state)  # the operand each result is computed over
 
@@ -63,8 +65,9 @@ def update_kernel(
 
     def narrowable(static) -> tuple:
         # p folds with p' (not with an update, whose dtype does not follow p's); g on its own;
-        # each state slot with its new state; nothing in a narrow form (it computes in bf16/f16)
-        if static["flags"] & narrow_flag:
+        # each state slot with its new state; nothing in a narrow or mixed form (it computes in
+        # bf16/f16 and reads every operand in its own dtype)
+        if static["flags"] & (narrow_flag | mixed_flag):
             return ()
         first = ((1, None),) if static["flags"] & update_flag else ((0, 0), (1, None))
         return first + tuple((operand, k + 1) for k, operand in enumerate(state))
@@ -77,7 +80,8 @@ def update_kernel(
         return jax.vmap(functools.partial(batched_reference, **static))(*operands)
 
     def exact(flags: int) -> int:
-        return exact_flag if _config.exact_numerics() and not flags & narrow_flag else 0
+        rounded = flags & (narrow_flag | mixed_flag)
+        return exact_flag if _config.exact_numerics() and not rounded else 0
 
     return KernelSpec(
         name=name,

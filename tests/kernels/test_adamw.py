@@ -2,12 +2,13 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jgsess.kernels import adamw
 from jgsess.kernels.spec import KernelSpec
 from tests.helpers import assert_trees_close
-from tests.kernels.bad_calls import BF16, N, array, call, multi_tensor, spec
+from tests.kernels.bad_calls import BF16, F16, F32, N, array, call, multi_tensor, spec
 from tests.kernels.common import SIZES, check, kernel_fn, reference_fn
 
 
@@ -94,6 +95,43 @@ def test_narrow_math_rounds_each_tensor_to_its_own_dtype():
     ops = narrow_operands([(9,), (70_001,)], jnp.bfloat16, seed=7)
     ops += narrow_operands([(40_000,)], jnp.float16, seed=8)[13:]
     check(adamw.SPEC, ops, exact=True, flags=adamw.EPS_ROOT | adamw.NARROW)
+
+
+def mixed_operands(sizes, dtype, seed=0):
+    """optax's adamw with mu_dtype=float32 on `dtype` parameters: p, g, v in `dtype`, m f32;
+    the hyper-parameters of MIXED_NARROW values of `dtype`, omb1 and wd too (Python floats that
+    jnp rounds to the parameters' dtype before XLA widens their products)."""
+    ops = operands(sizes, seed, dtype, dtype, m_dtype=jnp.float32, v_dtype=dtype)
+    narrow = set(adamw.MIXED_NARROW) | {"omb1", "wd"}
+    return [
+        jnp.float32(s.astype(dtype)) if name in narrow else s
+        for name, s in zip(adamw.SCALARS, ops[:13])
+    ] + ops[13:]
+
+
+# the mixed forms: no clipping, never exact
+MIXED_FORMS = [flags | adamw.MIXED for flags in range(16)]
+
+
+def check_mixed(ops, flags):
+    # p' and m' within an ulp (XLA contracts some f32 multiply-adds, by the array's size; the
+    # kernel fuses two), the bf16 second moment bit for bit
+    check(adamw.SPEC, ops, flags=flags)
+    got = kernel_fn(adamw.SPEC, flags=flags)(*ops)
+    want = reference_fn(adamw.SPEC, flags=flags)(*ops)
+    for v_got, v_want in zip(got[2::3], want[2::3]):
+        assert v_got.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(v_got), np.asarray(v_want))
+
+
+@pytest.mark.parametrize("flags", MIXED_FORMS)
+def test_mixed_math_matches_optax_with_an_f32_first_moment(flags):
+    check_mixed(mixed_operands(SIZES, jnp.bfloat16, seed=flags), flags)
+
+
+def test_mixed_math_on_many_tensors_in_one_call():
+    ops = mixed_operands([(9,), (70_001,), (40_000,), (3,)], jnp.bfloat16, seed=7)
+    check_mixed(ops, adamw.EPS_ROOT | adamw.WEIGHT_DECAY | adamw.MIXED)
 
 
 def test_mixed_dtypes_in_one_call():
@@ -186,5 +224,29 @@ def malformed_calls():
     flags = adamw.OPTAX_ADAMW | adamw.NARROW | adamw.CLIP  # not a form: narrow clips in bf16
     bad["narrow math with clipping"] = call(
         "jgsess_adamw", operands, [spec((N,), BF16)] * 3, flags=flags
+    )
+    mixed = adamw.OPTAX_ADAMW | adamw.MIXED
+    bad["mixed math with an f32 second moment"] = call(
+        "jgsess_adamw",
+        operands[:15] + [array((N,), F32)] * 2,
+        [spec((N,), BF16), spec((N,), F32), spec((N,), F32)],
+        flags=mixed,
+    )
+    bad["mixed math with a bf16 first moment"] = call(
+        "jgsess_adamw", operands, [spec((N,), BF16)] * 3, flags=mixed
+    )
+    f16 = operands[:13] + [array((N,), F16)] * 2 + [array((N,), F32), array((N,), F16)]
+    bad["mixed math in f16"] = call(
+        "jgsess_adamw", f16, [spec((N,), F16), spec((N,), F32), spec((N,), F16)], flags=mixed
+    )
+    bad["mixed and narrow math"] = call(
+        "jgsess_adamw", operands, [spec((N,), BF16)] * 3, flags=mixed | adamw.NARROW
+    )
+    mixed_operands = operands[:15] + [array((N,), F32), array((N,), BF16)]
+    good["mixed math"] = call(
+        "jgsess_adamw",
+        mixed_operands,
+        [spec((N,), BF16), spec((N,), F32), spec((N,), BF16)],
+        flags=mixed,
     )
     return {"jgsess_adamw": (good, bad)}

@@ -20,10 +20,20 @@
 // tensor one narrow type): the same operations, each result rounded to that type
 // (optimizer.h's InBf16 / InF16), as XLA's code for it computes them; with no clip and never
 // exact (XLA's narrow `x / scalar` rounds to the same bits either way).
+//
+// kMixed is optax's update of bf16 parameters with an f32 first moment (mu_dtype=f32) and the
+// second moment in bf16: p, g, v and p' bf16, m f32. The second
+// moment, its correction and sqrt are computed in the narrow type, each operation rounded to it
+// (optax casts the bias correction to the moment's dtype); the rest in f32, as XLA's CPU code
+// computes it: a narrow result read only widened is not rounded (omb1*g and wd*p, rewritten so
+// by passes/widen.py, and sqrt(v^) + eps), and the first moment and the step are fused
+// multiply-adds (of b1*m, of lr*u). No clip, never exact.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "common/dispatch.h"
 #include "common/ffi.h"
@@ -41,6 +51,7 @@ enum AdamwFlags : int64_t {
   kClip = 16,
   kExact = 32,       // IEEE division where the formula divides (JGSESS_NUMERICS=exact)
   kNarrowMath = 64,  // every operation rounded to the tensor's bf16/f16
+  kMixed = 128,      // bf16 p, g, v with an f32 m: v's operations rounded (see above)
 };
 
 // The hyper-parameters, rank-0 f32 operands in this order before the tensors
@@ -61,34 +72,65 @@ JGSESS_HOST_DEVICE AdamwReciprocals Reciprocals(const AdamwHyper& h) {
   return {1.0f / h.bc1, 1.0f / h.bc2, h.clip / h.norm};
 }
 
+// q rounds to the narrow type under kNarrowMath and kMixed (InF32 otherwise); under kMixed the
+// first moment, its correction, the division, the weight decay and the step are f32 (`wide`).
 template <int64_t kFlags, typename Q = InF32>
 JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, const AdamwReciprocals& r, float p,
                                      float g, float m, float v, float* p_out, float* m_out,
                                      float* v_out, Q q = {}) {
   constexpr bool kDivide = (kFlags & kExact) != 0;
+  using Wide = std::conditional_t<(kFlags & kMixed) != 0, InF32, Q>;
+  const Wide wide{};
   if constexpr ((kFlags & kClip) != 0) {  // never with kNarrowMath: f32 operations
     const float clipped = kDivide ? (g / h.norm) * h.clip : g * r.clip_scale;
     g = h.keep != 0.0f ? g : clipped;
   }
-  float m2 = q(q(h.omb1 * g) + q(h.b1 * m));
+  float m2;
+  if constexpr ((kFlags & kMixed) != 0) {
+    m2 = fmaf(h.b1, m, h.omb1 * g);  // as XLA's CPU code computes it (omb1*g is exact)
+  } else {
+    m2 = wide(wide(h.omb1 * g) + wide(h.b1 * m));
+  }
   float v2 = q(q(h.omb2 * q(g * g)) + q(h.b2 * v));
   float mhat = m2, vhat = v2;
   if constexpr ((kFlags & kBiasCorrection) != 0) {
-    mhat = q(kDivide ? m2 / h.bc1 : m2 * r.rbc1);
+    mhat = wide(kDivide ? m2 / h.bc1 : m2 * r.rbc1);
     vhat = q(kDivide ? v2 / h.bc2 : v2 * r.rbc2);
   }
   if constexpr ((kFlags & kEpsRoot) != 0) vhat = q(vhat + h.eps_root);
-  float u = q(mhat / q(q(sqrtf(vhat)) + h.eps));
-  if constexpr ((kFlags & kWeightDecay) != 0) u = q(u + q(h.wd * p));
-  *p_out = StepResult<(kFlags & kUpdate) != 0>(p, h.lr, u, q);
+  float u = wide(mhat / wide(q(sqrtf(vhat)) + h.eps));
+  if constexpr ((kFlags & kWeightDecay) != 0) u = wide(u + wide(h.wd * p));
+  if constexpr ((kFlags & kMixed) != 0 && (kFlags & kUpdate) == 0) {
+    *p_out = fmaf(-h.lr, u, p);  // as XLA's CPU code computes it
+  } else {
+    *p_out = StepResult<(kFlags & kUpdate) != 0>(p, h.lr, u, wide);
+  }
   *m_out = m2;
   *v_out = v2;
 }
 
-// flags in [0, 128), the narrow forms without kClip and kExact
-constexpr int64_t kAdamwForms = 128;
+// flags in [0, 256), the narrow and mixed forms without kClip and kExact (and not both)
+constexpr int64_t kAdamwForms = 256;
 constexpr bool AdamwForm(int64_t flags) {
-  return (flags & kNarrowMath) == 0 || (flags & (kClip | kExact)) == 0;
+  const int64_t rounded = flags & (kNarrowMath | kMixed);
+  return rounded == 0 || (rounded != (kNarrowMath | kMixed) && (flags & (kClip | kExact)) == 0);
+}
+
+// A call under kMixed: per tensor, p, g, v and v' bf16, m and m' f32, and p' bf16 (f32:
+// optax's update, under kUpdate). (An f16 update is another formula: XLA rounds f16 results
+// that bf16 ones skip.)
+inline ffi::Error CheckMixed(const std::vector<TensorSlots<4, 3>>& tensors, bool update) {
+  const DataType bf16 = DataType::BF16, f32 = DataType::F32;
+  for (const auto& t : tensors) {
+    const bool ok = t.in_type[0] == bf16 && t.in_type[1] == bf16 && t.in_type[3] == bf16 &&
+                    t.out_type[2] == bf16 && t.out_type[0] == (update ? f32 : bf16) &&
+                    t.in_type[2] == f32 && t.out_type[1] == f32;
+    if (!ok) {
+      return InvalidArgument(
+          "adamw: mixed math needs p, g and v in bf16 and the first moment in f32");
+    }
+  }
+  return ffi::Error::Success();
 }
 
 }  // namespace jgsess

@@ -22,6 +22,10 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
       auto narrow = CheckNarrow("adamw", *tensors);
       if (narrow.failure()) return narrow;
     }
+    if constexpr ((kFlags & kMixed) != 0) {
+      auto mixed = CheckMixed(*tensors, (kFlags & kUpdate) != 0);
+      if (mixed.failure()) return mixed;
+    }
     return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {
       const AdamwHyper h = LoadHyper(member);
       const AdamwReciprocals r = Reciprocals(h);
@@ -39,19 +43,28 @@ ffi::Error AdamwCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t flag
         };
         RunNarrowOptimizer<4, 3>(pool, part, step);
       } else {
-        auto step = [&](const auto* p, const auto* g, const auto* m, const float* const* rest,
-                        auto* p_out, auto* m_out, float* const* rest_out, int64_t n) {
-          const float* v = rest[0];
-          float* v_out = rest_out[0];
-          SimdFor(n, [&](int64_t i) {
-            float p2, m2;
-            AdamwElement<kFlags>(h, r, Widen(p[i]), Widen(g[i]), Widen(m[i]), v[i], &p2, &m2,
-                                 &v_out[i]);
-            Narrow(p2, &p_out[i]);
-            Narrow(m2, &m_out[i]);
-          });
+        // q: the rounding of kMixed's bf16 operations (InF32: none)
+        auto run = [&](auto q) {
+          auto step = [&](const auto* p, const auto* g, const auto* m, const auto* const* rest,
+                          auto* p_out, auto* m_out, auto* const* rest_out, int64_t n) {
+            const auto* v = rest[0];
+            auto* v_out = rest_out[0];
+            SimdFor(n, [&](int64_t i) {
+              float p2, m2, v2;
+              AdamwElement<kFlags>(h, r, Widen(p[i]), Widen(g[i]), Widen(m[i]), Widen(v[i]), &p2,
+                                   &m2, &v2, q);
+              Narrow(p2, &p_out[i]);
+              Narrow(m2, &m_out[i]);
+              Narrow(v2, &v_out[i]);
+            });
+          };
+          RunOptimizer<4, 3>(pool, part, step);
         };
-        RunOptimizer<4, 3>(pool, part, step);
+        if constexpr ((kFlags & kMixed) != 0) {  // bf16 p, g, v: in registers
+          run(InBf16{});
+        } else {
+          run(InF32{});
+        }
       }
       return ffi::Error::Success();
     });

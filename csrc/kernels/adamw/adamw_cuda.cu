@@ -33,7 +33,7 @@ __global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
-  WithRounding<(kFlags & kNarrowMath) != 0>(
+  WithRounding<(kFlags & (kNarrowMath | kMixed)) != 0>(
       table.type[0][t], [&](auto q) { AdamwChunk<kFlags>(table, h, r, t, begin, end, q); });
 }
 
@@ -47,6 +47,10 @@ ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flag
     if constexpr ((kFlags & kNarrowMath) != 0) {
       auto narrow = CheckNarrow("adamw", *tensors);
       if (narrow.failure()) return narrow;
+    }
+    if constexpr ((kFlags & kMixed) != 0) {
+      auto mixed = CheckMixed(*tensors, (kFlags & kUpdate) != 0);
+      if (mixed.failure()) return mixed;
     }
     return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {
       if (err == cudaSuccess) {

@@ -38,7 +38,7 @@ def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite
     if node.op is not adamw.SPEC:
         return
     static = node.op.static(node.params)
-    if static["flags"] & (adamw.CLIP | adamw.NARROW):  # a narrow update clips in its dtype
+    if static["flags"] & (adamw.CLIP | adamw.NARROW | adamw.MIXED):  # narrow: clips in bf16
         return
     g = node.inputs[len(adamw.SCALARS) + 1]
     for pattern in CLIPPED:

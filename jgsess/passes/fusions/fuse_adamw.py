@@ -15,13 +15,23 @@ also as optax's update alone (`neg (mul lr u)`, result 0 the update) and as the 
 (`mul lr u`, read only by a multiplication by a scalar: optax.MultiSteps). Forms with more parts are
 tried first, as MindSpore runs AdamWeightDecayFusion before AdamFusion. An update written in
 bf16/f16 becomes the kernel's narrow form (optimizer.py); at such a root the forms are also tried
-without `mul b2 v`, for a b2 the narrow dtype rounds to 1.0 (optax's 0.999 in bf16).
+without `mul b2 v`, for a b2 the narrow dtype rounds to 1.0 (optax's 0.999 in bf16). Also at a
+bf16 root, the whole steps of bf16 parameters with an f32 first moment and a bf16 second
+moment (optax.adamw(..., mu_dtype=jnp.float32)) become the kernel's mixed form (adamw.MIXED).
 """
 
 from __future__ import annotations
 
 from ...kernels import adamw
-from ...kernels.adamw import BIAS_CORRECTION, EPS_ROOT, NARROW, UPDATE, WEIGHT_DECAY
+from ...kernels.adamw import (
+    BIAS_CORRECTION,
+    EPS_ROOT,
+    MIXED,
+    MIXED_NARROW,
+    NARROW,
+    UPDATE,
+    WEIGHT_DECAY,
+)
 from .engine import fusion_pass
 from .optimizer import update_rules
 
@@ -36,7 +46,7 @@ def _used(flags: int) -> tuple:
     return used + ("lr",)
 
 
-def _rules(absent: tuple = ()):
+def _rules(absent: tuple = (), mixed: bool = False):
     unused = {
         "b2": 1.0,
         "bc1": 1.0,
@@ -47,14 +57,33 @@ def _rules(absent: tuple = ()):
         "norm": 1.0,
         "clip": 1.0,
     }
+    if mixed:
+        return update_rules(
+            adamw.SPEC,
+            adamw.mixed_update,
+            TENSORS,
+            adamw.SCALARS,
+            _used,
+            unused,
+            UPDATE,
+            NARROW,
+            absent,
+            mixed=(MIXED, MIXED_NARROW),
+        )
     return update_rules(
         adamw.SPEC, adamw.update, TENSORS, adamw.SCALARS, _used, unused, UPDATE, NARROW, absent
     )
 
 
+def _narrow_rules():
+    return [
+        *_rules(absent=("b2",)),
+        *_rules(mixed=True),
+        *_rules(absent=("b2",), mixed=True),
+    ]
+
+
 # every form divides by sqrt(v) + eps (optax's scale_by_adam, MindSpore's AdamWeightDecay)
 NEEDS = frozenset({"sqrt"})
 # in bf16, b2 = 0.999 (optax's default) rounds to 1.0 and canonicalize drops `mul 1.0 v`
-PASS = fusion_pass(
-    "fuse-adamw", _rules, doc=__doc__, needs=NEEDS, narrow_rules=lambda: _rules(absent=("b2",))
-)
+PASS = fusion_pass("fuse-adamw", _rules, doc=__doc__, needs=NEEDS, narrow_rules=_narrow_rules)

@@ -55,11 +55,17 @@ def form(update: Callable, tensors: tuple, scalars: tuple, used: tuple, flags: i
 
 @functools.cache
 def narrow_math_matches(
-    spec: KernelSpec, flags: int, dtype: np.dtype, platform: str, compiler_options: tuple = ()
+    spec: KernelSpec,
+    flags: int,
+    dtype: np.dtype,
+    platform: str,
+    compiler_options: tuple = (),
+    wide_slots: tuple = (),
 ) -> bool:
-    """Whether the kernel's narrow form `flags` gives the bits XLA's code gives for the update
-    written in `dtype` on `platform` (jax.jit's `compiler_options`): both compiled alone and run
-    on the same random operands (two tensors, one of them a vector's odd tail)."""
+    """Whether the kernel's narrow (or mixed) form `flags` gives the bits XLA's code gives for
+    the update written in `dtype` on `platform` (jax.jit's `compiler_options`): both compiled
+    alone and run on the same random operands (two tensors, one of them a vector's odd tail;
+    the per-tensor slots `wide_slots` in f32)."""
     shared, per_tensor, _ = spec.layout
     rng = np.random.default_rng(0)
     scalars = [np.float32(np.asarray(x, dtype)) for x in rng.uniform(0.05, 1.0, shared)]
@@ -67,7 +73,8 @@ def narrow_math_matches(
     for size in (4099, 33):
         for slot in range(per_tensor):  # p, g, then the state (positive, as a second moment)
             x = rng.standard_normal(size)
-            tensors.append((np.abs(x) if slot >= 2 else x).astype(dtype))
+            x = np.abs(x) if slot >= 2 else x
+            tensors.append(x.astype(np.float32 if slot in wide_slots else dtype))
     operands = [*scalars, *tensors]
 
     def run(impl):
@@ -104,6 +111,7 @@ def update_rules(
     update_flag: int,
     narrow_flag: int,
     absent: tuple = (),
+    mixed: tuple[int, tuple] | None = None,
 ) -> list[FusionRule]:
     """FusionRules for every form of `update`: each of its three optional parts (flags 1, 2,
     4) on or off, forms with more parts first; each as the whole step, as optax's update alone
@@ -113,8 +121,13 @@ def update_rules(
     form reads; `unused` gives the values passed to the kernel for the others. `absent`:
     hyper-parameters every form leaves out, their operations with them (`update` gets None;
     `unused` gives 1.0): where a narrow dtype rounds them to 1.0, canonicalize drops the
-    multiplication."""
+    multiplication. `mixed`: (flag, narrow names): the whole steps only, traced with the named
+    tensors and hyper-parameters in bf16 and the others in f32, each node of such a form read
+    in those dtypes and given `flag` (adamw's MIXED)."""
     by_parts = sorted(range(8), key=lambda flags: -bin(flags).count("1"))
+    modes = (
+        ((0, False), (update_flag, False), (update_flag, True)) if mixed is None else ((0, False),)
+    )
     forms = [
         form(
             update,
@@ -124,9 +137,11 @@ def update_rules(
             flags | mode,
             negated,
         )
-        for mode, negated in ((0, False), (update_flag, False), (update_flag, True))
+        for mode, negated in modes
         for flags in by_parts
     ]
+    narrow_names = () if mixed is None else mixed[1]
+    dtypes = {n: np.dtype(NARROW[0]) for n in narrow_names}  # bf16
 
     def builder(flags: int):
         def build(graph: Graph, m: Match, outputs: list[Value]) -> Node | None:
@@ -134,9 +149,13 @@ def update_rules(
             stand_in = next(a for a in given if a is not None)
             arrays = [stand_in if a is None else a for a in given]
             dtype, shape = arrays[0].dtype, arrays[0].shape
-            narrow = dtype in NARROW
-            if not (dtype == np.float32 or narrow) or not all(
-                a.dtype == dtype and a.shape == shape for a in arrays
+            narrow = dtype in NARROW and mixed is None
+
+            def expected(name: str) -> np.dtype:
+                return dtypes.get(name, np.dtype(np.float32)) if mixed else dtype
+
+            if not (dtype == np.float32 or dtype in NARROW) or not all(
+                a.dtype == expected(k) and a.shape == shape for k, a in zip(tensors, arrays)
             ):
                 return None
             operands = []
@@ -145,27 +164,33 @@ def update_rules(
                 if value is None:
                     f32 = arrays[0].aval.update(shape=(), dtype=np.dtype(np.float32))
                     value = Value(f32, const=np.float32(unused[name]))
-                elif value.ndim != 0 or value.dtype != dtype:
+                elif value.ndim != 0 or value.dtype != expected(name):
                     return None
                 operands.append(value)
             avals = [v.aval for v in outputs]
-            params = {"flags": flags | (narrow_flag if narrow else 0)}
-            return Node(spec, [*operands, *arrays], avals, params)
+            extra = mixed[0] if mixed else narrow_flag if narrow else 0
+            return Node(spec, [*operands, *arrays], avals, {"flags": flags | extra})
 
         return build
 
+    wide_slots = (
+        () if mixed is None else tuple(i for i, k in enumerate(tensors) if k not in narrow_names)
+    )
+
     def selected(node: Node, ctx: Context) -> tuple[bool, str]:
         flags = node.params["flags"]
-        if not flags & narrow_flag or not available(spec, ctx.platform)[0]:
+        rounded = narrow_flag | (mixed[0] if mixed else 0)
+        if not flags & rounded or not available(spec, ctx.platform)[0]:
             return True, ""  # f32, or XLA's code runs it anyway (the same operations)
         dtype = node.inputs[len(scalars)].dtype
-        if narrow_math_matches(spec, flags, dtype, ctx.platform, ctx.compiler_options):
+        options = ctx.compiler_options
+        if narrow_math_matches(spec, flags, dtype, ctx.platform, options, wide_slots):
             return True, ""
         return False, f"XLA's {dtype} arithmetic on {ctx.platform} rounds unlike the kernel's"
 
     return [
         FusionRule(
-            from_function(fn, scalars=scalars, names=names),
+            from_function(fn, scalars=scalars, dtypes=dtypes, names=names),
             builder(flags),
             results_used=True,
             negated=negated,
