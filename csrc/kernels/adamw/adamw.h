@@ -22,12 +22,12 @@
 // exact (XLA's narrow `x / scalar` rounds to the same bits either way).
 //
 // kMixed is optax's update of bf16 parameters with an f32 first moment (mu_dtype=f32) and the
-// second moment in bf16: p, g, v and p' bf16, m f32. The second
-// moment, its correction and sqrt are computed in the narrow type, each operation rounded to it
-// (optax casts the bias correction to the moment's dtype); the rest in f32, as XLA's CPU code
-// computes it: a narrow result read only widened is not rounded (omb1*g and wd*p, rewritten so
-// by passes/widen.py, and sqrt(v^) + eps), and the first moment and the step are fused
-// multiply-adds (of b1*m, of lr*u). No clip, never exact.
+// second moment in bf16: p, g, v and p' bf16, m f32. The second moment, its correction and sqrt
+// are computed in bf16, each operation rounded to it (optax casts the bias correction to the
+// moment's dtype); the rest in f32, as XLA's CPU code computes it: a narrow result read only
+// widened is not rounded (omb1*g and wd*p, rewritten so by passes/widen.py, and sqrt(v^) + eps),
+// and the first moment and the step are fused multiply-adds (of b1*m, of lr*u). No clip, never
+// exact.
 #pragma once
 
 #include <cmath>

@@ -57,21 +57,17 @@ def _rules(absent: tuple = (), mixed: bool = False):
         "norm": 1.0,
         "clip": 1.0,
     }
-    if mixed:
-        return update_rules(
-            adamw.SPEC,
-            adamw.mixed_update,
-            TENSORS,
-            adamw.SCALARS,
-            _used,
-            unused,
-            UPDATE,
-            NARROW,
-            absent,
-            mixed=(MIXED, MIXED_NARROW),
-        )
     return update_rules(
-        adamw.SPEC, adamw.update, TENSORS, adamw.SCALARS, _used, unused, UPDATE, NARROW, absent
+        adamw.SPEC,
+        adamw.mixed_update if mixed else adamw.update,
+        TENSORS,
+        adamw.SCALARS,
+        _used,
+        unused,
+        UPDATE,
+        NARROW,
+        absent,
+        mixed=(MIXED, MIXED_NARROW) if mixed else None,
     )
 
 

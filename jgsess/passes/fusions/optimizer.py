@@ -124,10 +124,9 @@ def update_rules(
     multiplication. `mixed`: (flag, narrow names): the whole steps only, traced with the named
     tensors and hyper-parameters in bf16 and the others in f32, each node of such a form read
     in those dtypes and given `flag` (adamw's MIXED)."""
+    mixed_flag, narrow_names = mixed or (0, ())
     by_parts = sorted(range(8), key=lambda flags: -bin(flags).count("1"))
-    modes = (
-        ((0, False), (update_flag, False), (update_flag, True)) if mixed is None else ((0, False),)
-    )
+    modes = ((0, False),) if mixed_flag else ((0, False), (update_flag, False), (update_flag, True))
     forms = [
         form(
             update,
@@ -140,7 +139,6 @@ def update_rules(
         for mode, negated in modes
         for flags in by_parts
     ]
-    narrow_names = () if mixed is None else mixed[1]
     dtypes = {n: np.dtype(NARROW[0]) for n in narrow_names}  # bf16
 
     def builder(flags: int):
@@ -149,10 +147,10 @@ def update_rules(
             stand_in = next(a for a in given if a is not None)
             arrays = [stand_in if a is None else a for a in given]
             dtype, shape = arrays[0].dtype, arrays[0].shape
-            narrow = dtype in NARROW and mixed is None
+            narrow = dtype in NARROW and not mixed_flag
 
             def expected(name: str) -> np.dtype:
-                return dtypes.get(name, np.dtype(np.float32)) if mixed else dtype
+                return dtypes.get(name, np.dtype(np.float32)) if mixed_flag else dtype
 
             if not (dtype == np.float32 or dtype in NARROW) or not all(
                 a.dtype == expected(k) and a.shape == shape for k, a in zip(tensors, arrays)
@@ -168,18 +166,16 @@ def update_rules(
                     return None
                 operands.append(value)
             avals = [v.aval for v in outputs]
-            extra = mixed[0] if mixed else narrow_flag if narrow else 0
+            extra = mixed_flag or (narrow_flag if narrow else 0)
             return Node(spec, [*operands, *arrays], avals, {"flags": flags | extra})
 
         return build
 
-    wide_slots = (
-        () if mixed is None else tuple(i for i, k in enumerate(tensors) if k not in narrow_names)
-    )
+    wide_slots = tuple(i for i, k in enumerate(tensors) if mixed_flag and k not in narrow_names)
+    rounded = narrow_flag | mixed_flag
 
     def selected(node: Node, ctx: Context) -> tuple[bool, str]:
         flags = node.params["flags"]
-        rounded = narrow_flag | (mixed[0] if mixed else 0)
         if not flags & rounded or not available(spec, ctx.platform)[0]:
             return True, ""  # f32, or XLA's code runs it anyway (the same operations)
         dtype = node.inputs[len(scalars)].dtype
