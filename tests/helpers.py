@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -107,6 +109,19 @@ def shard_map_bodies_rebuilt() -> bool:
     mapped = jax.shard_map(lambda x: x, mesh=mesh, in_specs=P(), out_specs=P())
     (eqn,) = jax.make_jaxpr(mapped)(jnp.ones(2)).jaxpr.eqns
     return _compat.can_rebuild_shard_map(eqn.params)
+
+
+@functools.cache
+def xla_fuses_f16_multiply_adds() -> bool:
+    """Whether XLA's CPU code here computes an f16 `a * b + c` with one rounding (a CPU with
+    native f16 arithmetic, AVX512-FP16: LLVM contracts the two into an f16 fused multiply-add)
+    rather than rounding the product first, as where f16 is computed in f32. Observed, not
+    assumed: optax's f16 updates then differ from the kernels' narrow math, which rounds every
+    operation, and their fusions must not fire (the probe, jgsess/passes/fusions/optimizer.py)."""
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(4099).astype(np.float16) for _ in range(3))
+    fused = np.asarray(jax.jit(lambda a, b, c: a * b + c)(a, b, c))
+    return not np.array_equal(fused, a * b + c)  # numpy rounds each f16 operation
 
 
 needs_shard_map_bodies = pytest.mark.skipif(

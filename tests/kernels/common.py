@@ -36,10 +36,13 @@ def assert_custom_call(spec, fn, *args, device=None):
     assert re.search(rf"custom_call @{spec.target}\(", text), f"no {spec.target} custom call"
 
 
-def check(spec, operands, rtol=1e-6, atol=1e-8, device=None, exact=False, **static):
+def check(spec, operands, rtol=1e-6, atol=1e-8, device=None, exact=False, op_by_op=False, **static):
     """The kernel equals the reference on `operands` (results compared as f32; a bf16/f16
     result within one unit of its last place, since an f32 value one ulp apart may round the
-    other way; `exact`: bit for bit, NaNs equal), and the kernel's custom call is what ran."""
+    other way; `exact`: bit for bit, NaNs equal), and the kernel's custom call is what ran.
+    `op_by_op`: the reference runs one operation at a time, each result rounded to its dtype
+    (what a kernel's narrow math computes; XLA's compiled f16 code contracts multiply-adds on a
+    CPU with native f16 arithmetic)."""
     if device is not None:
         operands = jax.device_put(operands, device)
         # poison the allocator: results must overwrite every element of a reused buffer
@@ -47,7 +50,11 @@ def check(spec, operands, rtol=1e-6, atol=1e-8, device=None, exact=False, **stat
     fn = kernel_fn(spec, **static)
     assert_custom_call(spec, fn, *operands, device=device)
     got = fn(*operands)
-    want = list(reference_fn(spec, **static)(*operands))
+    if op_by_op:
+        with jax.disable_jit():
+            want = list(spec.reference(*operands, **static))
+    else:
+        want = list(reference_fn(spec, **static)(*operands))
     assert [g.dtype for g in got] == [w.dtype for w in want]
     for g, w in zip(got, want):
         narrow = jnp.finfo(g.dtype) if g.dtype in (jnp.bfloat16, jnp.float16) else None
