@@ -1,7 +1,9 @@
 // The jgsess._C extension module.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "bench/stream.h"
+#include "checks/parallel_for.h"
 #include "common/simd.h"
 #include "registrations.h"
 
@@ -22,4 +24,14 @@ PYBIND11_MODULE(_C, m) {
         "elements read, the first `writes` written back in place (AdamW 4, 3; momentum 3, 2); "
         "the parameter and gradient of `param_bytes` bytes, the first state array of "
         "`state_bytes`, any other (v) of `rest_bytes` (4: f32, 2: bf16); all CPU threads");
+  m.def(
+      "shared_chunk_runs",
+      [](const std::vector<int64_t>& chunks, int pool_threads, bool hold, int64_t spin) {
+        auto runs = jgsess::SharedChunkRuns(chunks, pool_threads, hold, spin);
+        return pybind11::make_tuple(runs.runs, runs.foreign);
+      },
+      pybind11::arg("chunks"), pybind11::arg("pool_threads"), pybind11::arg("hold"),
+      pybind11::arg("spin"),
+      "(times each chunk ran, chunks run off the call's own thread) per call, for concurrent "
+      "ParallelFor calls (one per entry of `chunks`) sharing a pool of `pool_threads` (tests)");
 }

@@ -4,13 +4,16 @@
 // boundaries, so the work splits by bytes, not by tensor: 200 small tensors and one large one
 // give every thread the same share. Threads come from XLA's intra-op pool; the calling thread
 // works too and only waits for chunks that another thread is already running, so a busy pool
-// can slow a call down but never deadlock it.
+// can slow a call down but never deadlock it. Concurrent calls (one per device of a CPU mesh)
+// share their chunks: a thread with none of its own left runs another call's.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -47,40 +50,102 @@ class TensorGroup {
   std::vector<int64_t> offsets_;
 };
 
-// ParallelFor calls in progress in this process. With several devices on one host (a mesh of
-// CPU devices) each device's program calls its own kernel at the same time, and each of those
-// callers already keeps a core busy.
-inline std::atomic<int>& CallsInProgress() {
-  static std::atomic<int> calls{0};
-  return calls;
+// A ParallelFor call's chunks, which any thread may claim and run.
+class Job {
+ public:
+  Job(int64_t n, std::function<void(int64_t)> body) : n_(n), body_(std::move(body)) {}
+
+  // Claims the next chunk and runs it; false when every chunk is claimed.
+  bool RunOne() {
+    const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+    if (c >= n_) return false;
+    body_(c);
+    done_.fetch_add(1, std::memory_order_release);
+    return true;
+  }
+  bool claimable() const { return next_.load(std::memory_order_relaxed) < n_; }
+  bool finished() const { return done_.load(std::memory_order_acquire) >= n_; }
+
+ private:
+  const int64_t n_;
+  // captures the caller's locals by reference: it runs only while the caller waits in
+  // ParallelFor (every claimed chunk finishes before the call returns; later claims fail)
+  const std::function<void(int64_t)> body_;
+  std::atomic<int64_t> next_{0};
+  std::atomic<int64_t> done_{0};
+};
+
+// The ParallelFor calls in progress in this process. With several devices on one host (a mesh
+// of CPU devices) each device's program calls its own kernel at the same time, on its own
+// thread; a thread whose own call has no chunks left runs chunks of the others, so a call that
+// started late, or got less of the cores, does not finish alone on one core while the others
+// idle.
+class Jobs {
+ public:
+  static Jobs& Get() {
+    static Jobs jobs;
+    return jobs;
+  }
+
+  // Registers a call; returns how many are in progress, this one included.
+  int Add(std::shared_ptr<Job> job) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(std::move(job));
+    return static_cast<int>(jobs_.size());
+  }
+  void Remove(const Job* job) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.erase(std::find_if(jobs_.begin(), jobs_.end(),
+                             [job](const std::shared_ptr<Job>& j) { return j.get() == job; }));
+  }
+  // A call in progress with chunks left to claim, or null.
+  std::shared_ptr<Job> Claimable() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& job : jobs_) {
+      if (job->claimable()) return job;
+    }
+    return nullptr;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<Job>> jobs_;
+};
+
+// A helper on the pool: runs chunks of `job`, then of any call in progress, until none has
+// chunks left.
+inline void Help(std::shared_ptr<Job> job) {
+  while (job != nullptr) {
+    while (job->RunOne()) {
+    }
+    job = Jobs::Get().Claimable();
+  }
 }
 
 // Runs body(c) for c in [0, n) on the pool and the calling thread; returns when all are done.
-template <typename F>
-void ParallelFor(ffi::ThreadPool& pool, int64_t n, F body) {
+// Pool: XLA's ffi::ThreadPool, or anything with its num_threads() and Schedule(task).
+template <typename Pool, typename F>
+void ParallelFor(Pool& pool, int64_t n, F body) {
   if (n <= 0) return;
-  struct Shared {
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-  };
-  auto shared = std::make_shared<Shared>();
-  auto work = [shared, n, body]() {
-    for (int64_t c; (c = shared->next.fetch_add(1, std::memory_order_relaxed)) < n;) {
-      body(c);
-      shared->done.fetch_add(1, std::memory_order_release);
-    }
-  };
+  auto job = std::make_shared<Job>(n, body);
   // the caller is one of the workers, and so is every other call in progress: more helpers
   // than the cores they leave would only compete with them (one thread already draws most of
   // the memory bandwidth)
-  const int busy = CallsInProgress().fetch_add(1, std::memory_order_relaxed) + 1;
+  const int busy = Jobs::Get().Add(job);
   static const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int64_t threads = std::min<int64_t>(pool.num_threads(), cores);
   const int64_t helpers = std::clamp<int64_t>(threads - busy, 0, n - 1);
-  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([work] { work(); });
-  work();
-  while (shared->done.load(std::memory_order_acquire) < n) std::this_thread::yield();
-  CallsInProgress().fetch_sub(1, std::memory_order_relaxed);
+  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([job] { Help(job); });
+  while (job->RunOne()) {
+  }
+  // the last chunks run on other threads: meanwhile this thread runs other calls' chunks
+  while (!job->finished()) {
+    auto other = Jobs::Get().Claimable();
+    if (other == nullptr || !other->RunOne()) std::this_thread::yield();
+  }
+  Jobs::Get().Remove(job.get());
+  // this thread's core is free while other calls still have chunks: a helper takes it
+  if (auto other = Jobs::Get().Claimable()) pool.Schedule([other] { Help(other); });
 }
 
 }  // namespace jgsess

@@ -1,0 +1,106 @@
+// A std::thread pool with XLA's ThreadPool interface, and concurrent ParallelFor calls on it.
+#include "checks/parallel_for.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "common/parallel.h"
+
+namespace jgsess {
+namespace {
+
+class TestPool {
+ public:
+  explicit TestPool(int threads) {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  }
+  ~TestPool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_all();
+    for (auto& worker : workers_) worker.join();
+  }
+  int64_t num_threads() const { return static_cast<int64_t>(workers_.size()); }
+  void Schedule(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;  // stopping, nothing left
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+ChunkRuns SharedChunkRuns(const std::vector<int64_t>& chunks, int pool_threads, bool hold,
+                          int64_t spin) {
+  const size_t calls = chunks.size();
+  ChunkRuns out;
+  out.foreign.assign(calls, 0);
+  std::vector<std::vector<std::atomic<int>>> runs(calls);
+  for (size_t k = 0; k < calls; ++k) runs[k] = std::vector<std::atomic<int>>(chunks[k]);
+  std::vector<std::atomic<int64_t>> foreign(calls);
+  std::atomic<bool> started{false};
+  std::atomic<int64_t> first_done{0};  // call 0's chunks that have run
+  {
+    TestPool pool(pool_threads);
+    auto call = [&](size_t k) {
+      const std::thread::id own = std::this_thread::get_id();
+      ParallelFor(pool, chunks[k], [&, k, own](int64_t c) {
+        if (k == 0 && c == 0) {
+          started = true;
+          const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (hold && first_done.load() + 1 < chunks[0] &&
+                 std::chrono::steady_clock::now() < limit) {
+            std::this_thread::yield();
+          }
+        }
+        volatile int64_t sink = 0;
+        for (int64_t i = 0; i < spin; ++i) sink = sink + i;
+        runs[k][c].fetch_add(1);
+        if (std::this_thread::get_id() != own) foreign[k].fetch_add(1);
+        if (k == 0) first_done.fetch_add(1);
+      });
+    };
+    std::vector<std::thread> threads;
+    threads.emplace_back(call, 0);
+    while (!started) std::this_thread::yield();
+    for (size_t k = 1; k < calls; ++k) threads.emplace_back(call, k);
+    for (auto& thread : threads) thread.join();
+  }
+  for (size_t k = 0; k < calls; ++k) {
+    out.runs.emplace_back(runs[k].begin(), runs[k].end());
+    out.foreign[k] = foreign[k].load();
+  }
+  return out;
+}
+
+}  // namespace jgsess

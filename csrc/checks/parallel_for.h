@@ -1,0 +1,24 @@
+// Host-side machinery the tests exercise directly, outside XLA.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace jgsess {
+
+// What SharedChunkRuns observed of each call: how many times each of its chunks ran, and how
+// many of its chunks ran on a thread other than the call's own.
+struct ChunkRuns {
+  std::vector<std::vector<int>> runs;
+  std::vector<int64_t> foreign;
+};
+
+// Runs one ParallelFor call per entry of `chunks` (that many chunks each), every call on its own
+// thread, all sharing a pool of `pool_threads` workers, as the devices of a CPU mesh call their
+// kernels at the same time; the others start once call 0 runs its first chunk. Under `hold`
+// that first chunk waits (at most 10 s) until every other chunk of call 0 has run, so other
+// threads must run them; each chunk spins `spin` iterations.
+ChunkRuns SharedChunkRuns(const std::vector<int64_t>& chunks, int pool_threads, bool hold,
+                          int64_t spin);
+
+}  // namespace jgsess

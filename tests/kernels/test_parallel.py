@@ -1,0 +1,35 @@
+"""The CPU kernels' work sharing (csrc/common/parallel.h) under concurrent calls, as the devices
+of a CPU mesh make them: every chunk of every call runs exactly once, and a call's chunks that
+are left when the other calls finish run on the threads those calls freed."""
+
+import numpy as np
+
+from jgsess import _C
+
+
+def test_concurrent_calls_run_every_chunk_once():
+    rng = np.random.default_rng(0)
+    for pool_threads in (0, 1, 2, 4):
+        chunks = [int(n) for n in rng.integers(1, 300, size=5)] + [0]
+        runs, foreign = _C.shared_chunk_runs(chunks, pool_threads, hold=False, spin=2000)
+        assert [len(r) for r in runs] == chunks
+        for call in runs:
+            assert all(count == 1 for count in call), call
+        assert all(0 <= f <= n for f, n in zip(foreign, chunks))
+
+
+def test_freed_threads_run_a_late_call():
+    # call 0 keeps its own thread on its first chunk until the rest of its chunks have run
+    # elsewhere: the three short calls return, and their threads' cores go to call 0 (a helper
+    # on the pool each time one returns)
+    runs, foreign = _C.shared_chunk_runs([40, 1, 1, 1], 1, hold=True, spin=1000)
+    assert all(count == 1 for call in runs for count in call)
+    assert foreign[0] == 39, foreign
+
+
+def test_no_pool_threads_means_no_help():
+    # the near miss: a call that returns hands its core to a helper on the pool; with no pool
+    # thread there is none, and call 0's chunks all run on its own thread
+    runs, foreign = _C.shared_chunk_runs([3, 1], 0, hold=False, spin=1000)
+    assert all(count == 1 for call in runs for count in call)
+    assert foreign == [0, 0]
