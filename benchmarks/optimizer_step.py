@@ -19,7 +19,9 @@ with params and state donated:
   kernel             the jgsess kernel alone (its primitive under jax.jit, in place): what
                      the CPU kernel itself reaches
 
-All variants live in one process and run interleaved, round after round, after warm-up (each
+All variants of a parameter set, optimizer and dtype live in one process (a fresh one for each
+such row: XLA's compilations of earlier rows would otherwise pile up, and the 1,000-leaf set ran
+out of LLVM memory after the others) and run interleaved, round after round, after warm-up (each
 round times `--steps` consecutive steps of each variant, 1 by default); each reports the median
 of its runs. The ceiling is an in-place stream in C++ with exactly the optimizer's traffic
 (AdamW: read p, g, m, v and write p, m, v in place; momentum: read p, g, acc and write p, acc),
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import statistics
 import sys
@@ -427,10 +430,13 @@ def main() -> None:
     ceiling = ceilings()
     log(f"ceilings (GB/s): {ceiling}")
     results = []
+    spawn = multiprocessing.get_context("spawn")
     for name in args.sets.split(","):
         for optimizer in args.optimizers.split(","):
             for dtype in args.dtypes.split(","):
-                results.append(run_set(name, optimizer, dtype, args.runs, args.warmup, args.steps))
+                row = (name, optimizer, dtype, args.runs, args.warmup, args.steps)
+                with spawn.Pool(1) as pool:  # a fresh process per row
+                    results.append(pool.apply(run_set, row))
     ceiling = {k: max(v, w) for (k, v), w in zip(ceiling.items(), ceilings().values())}
     text = table(results, ceiling)
     with open(os.path.join(args.out, "optimizer_step.json"), "w") as f:
