@@ -18,6 +18,8 @@ with params and state donated:
                      it stores, where optax's bf16 update rounds every operation
   kernel             the jgsess kernel alone (its primitive under jax.jit, in place): what
                      the CPU kernel itself reaches
+  nothing computed   a donated step that returns its parameters and state as they are: what
+                     JAX's runtime alone costs for the step's arrays (every JAX variant pays it)
 
 All variants of a parameter set, optimizer and dtype live in one process (a fresh one for each
 such row: XLA's compilations of earlier rows would otherwise pile up, and the 1,000-leaf set ran
@@ -65,6 +67,7 @@ DTYPES = {
     "bf16-state": (jnp.float32, jnp.bfloat16),
 }
 TRAFFIC = {"adamw": (4, 3), "momentum": (3, 2)}  # arrays read, arrays written back in place
+NOTHING = "nothing computed"
 
 
 def optimizers(state_dtype):
@@ -278,6 +281,9 @@ def make_variants(optimizer: str, dtype_name: str, params, grads) -> dict:
             jax.jit(flat_step, donate_argnums=(0, 1)), flat.init, params, grads
         ),
         "kernel": lambda: KernelVariant(optimizer, params, grads, state_dtype),
+        NOTHING: lambda: JaxVariant(
+            jax.jit(lambda p, s, g: (p, s), donate_argnums=(0, 1)), opt.init, params, grads
+        ),
     }
     if state_dtype is not None:
         del variants["optax.flatten"]  # its one vector is one dtype
@@ -345,17 +351,20 @@ def table(results: list[dict], ceiling: dict) -> str:
         inplace = ceiling[r["optimizer"], r["dtype"]]
         for variant, ms in r["ms"].items():
             gbps = moved / (ms / 1e3) / 1e9
+            rates = [
+                f"{base / ms:.2f}x",
+                f"{torch_ms / ms:.2f}x" if torch_ms else "-",
+                f"{gbps:.1f}",
+                f"{gbps / inplace:.0%}",
+                f"{gbps / ceiling['triad']:.0%}",
+            ]
             rows.append(
                 [
                     f"{r['set']} ({r['leaves']} arrays, {r['params'] / 1e6:.1f}M)",
                     f"{r['optimizer']} {r['dtype']}",
                     variant,
                     f"{ms:.2f}",
-                    f"{base / ms:.2f}x",
-                    f"{torch_ms / ms:.2f}x" if torch_ms else "-",
-                    f"{gbps:.1f}",
-                    f"{gbps / inplace:.0%}",
-                    f"{gbps / ceiling['triad']:.0%}",
+                    *(["-"] * len(rates) if variant == NOTHING else rates),
                 ]
             )
     headers = [
@@ -386,7 +395,7 @@ def plot(results: list[dict], ceiling: dict, path: str) -> None:
     colors = ["#999999", "#3b7dd8", "#1b4f9c", "#c9a227", "#2e8b57", "#d2691e"]
     for r in results:
         ax = axes[panels.index((r["optimizer"], r["dtype"]))][sets.index(r["set"])]
-        variants = list(r["ms"])
+        variants = [v for v in r["ms"] if v != NOTHING]
         moved = r["params"] * r["bytes_per_param"]
         gbps = [moved / (r["ms"][v] / 1e3) / 1e9 for v in variants]
         bars = ax.bar(variants, gbps, color=colors[: len(variants)])
