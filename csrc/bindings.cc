@@ -34,4 +34,13 @@ PYBIND11_MODULE(_C, m) {
       pybind11::arg("spin"),
       "(times each chunk ran, chunks run off the call's own thread) per call, for concurrent "
       "ParallelFor calls (one per entry of `chunks`) sharing a pool of `pool_threads` (tests)");
+  m.def(
+      "wait_for_held_chunk",
+      [](int64_t chunks, double hold_seconds) {
+        auto waiting = jgsess::WaitForHeldChunk(chunks, hold_seconds);
+        return pybind11::make_tuple(waiting.cpu_seconds, waiting.wall_seconds);
+      },
+      pybind11::arg("chunks"), pybind11::arg("hold_seconds"),
+      "(the calling thread's CPU seconds, wall seconds) of a ParallelFor call whose helper "
+      "holds one chunk for `hold_seconds` (tests)");
 }

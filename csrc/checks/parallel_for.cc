@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -58,6 +59,12 @@ class TestPool {
   std::vector<std::thread> workers_;
 };
 
+double ThreadCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 }  // namespace
 
 ChunkRuns SharedChunkRuns(const std::vector<int64_t>& chunks, int pool_threads, bool hold,
@@ -101,6 +108,23 @@ ChunkRuns SharedChunkRuns(const std::vector<int64_t>& chunks, int pool_threads, 
     out.foreign[k] = foreign[k].load();
   }
   return out;
+}
+
+Waiting WaitForHeldChunk(int64_t chunks, double hold_seconds) {
+  TestPool pool(2);
+  const std::thread::id own = std::this_thread::get_id();
+  std::atomic<bool> held{false};
+  const double cpu = ThreadCpuSeconds();
+  const auto start = std::chrono::steady_clock::now();
+  ParallelFor(pool, chunks, [&](int64_t) {
+    if (std::this_thread::get_id() == own) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the helper starts meanwhile
+    } else if (!held.exchange(true)) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(hold_seconds));
+    }
+  });
+  const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
+  return {ThreadCpuSeconds() - cpu, wall.count()};
 }
 
 }  // namespace jgsess

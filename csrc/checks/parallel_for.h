@@ -21,4 +21,15 @@ struct ChunkRuns {
 ChunkRuns SharedChunkRuns(const std::vector<int64_t>& chunks, int pool_threads, bool hold,
                           int64_t spin);
 
+// What a call's own thread spends while it waits for another thread's last chunk.
+struct Waiting {
+  double cpu_seconds;   // the calling thread's CPU time in the call
+  double wall_seconds;  // the call's duration
+};
+
+// One ParallelFor call of `chunks` chunks with a helper on a pool of two threads; the first chunk
+// the helper runs sleeps `hold_seconds`, so the calling thread runs the rest (sleeping 1 ms in
+// each) and then waits.
+Waiting WaitForHeldChunk(int64_t chunks, double hold_seconds);
+
 }  // namespace jgsess

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,6 +25,9 @@ namespace jgsess {
 // Elements per chunk: 256 KiB of f32 per stream, so a thread streams long runs (the hardware
 // prefetchers like that) while two to a few dozen threads still balance.
 constexpr int64_t kCpuChunk = 65536;
+
+// How often a call whose chunks are all claimed yields while the last ones run before it sleeps.
+constexpr int kYieldsBeforeSleep = 64;
 
 // Prefix sums of tensor sizes: tensor t covers [offsets[t], offsets[t+1]) of the group.
 class TensorGroup {
@@ -60,8 +64,16 @@ class Job {
     const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
     if (c >= n_) return false;
     body_(c);
-    done_.fetch_add(1, std::memory_order_release);
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished_.notify_all();
+    }
     return true;
+  }
+  // Blocks until every chunk has run.
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    finished_.wait(lock, [this] { return finished(); });
   }
   bool claimable() const { return next_.load(std::memory_order_relaxed) < n_; }
   bool finished() const { return done_.load(std::memory_order_acquire) >= n_; }
@@ -73,6 +85,8 @@ class Job {
   const std::function<void(int64_t)> body_;
   std::atomic<int64_t> next_{0};
   std::atomic<int64_t> done_{0};
+  std::mutex mutex_;
+  std::condition_variable finished_;
 };
 
 // The ParallelFor calls in progress in this process. With several devices on one host (a mesh
@@ -138,10 +152,18 @@ void ParallelFor(Pool& pool, int64_t n, F body) {
   for (int64_t i = 0; i < helpers; ++i) pool.Schedule([job] { Help(job); });
   while (job->RunOne()) {
   }
-  // the last chunks run on other threads: meanwhile this thread runs other calls' chunks
-  while (!job->finished()) {
+  // the last chunks run on other threads: meanwhile this thread runs other calls' chunks; with
+  // none, it yields a while (a chunk is tens of microseconds), then sleeps: on a mesh of CPU
+  // devices more threads than cores wait so, and a spinning one takes a core from those working
+  for (int idle = 0; !job->finished();) {
     auto other = Jobs::Get().Claimable();
-    if (other == nullptr || !other->RunOne()) std::this_thread::yield();
+    if (other != nullptr && other->RunOne()) {
+      idle = 0;
+    } else if (++idle < kYieldsBeforeSleep) {
+      std::this_thread::yield();
+    } else {
+      job->Wait();
+    }
   }
   Jobs::Get().Remove(job.get());
   // this thread's core is free while other calls still have chunks: a helper takes it

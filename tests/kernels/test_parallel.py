@@ -1,8 +1,12 @@
 """The CPU kernels' work sharing (csrc/common/parallel.h) under concurrent calls, as the devices
 of a CPU mesh make them: every chunk of every call runs exactly once, and a call's chunks that
-are left when the other calls finish run on the threads those calls freed."""
+are left when the other calls finish run on the threads those calls freed; a call waiting for
+another thread's chunk sleeps rather than spins."""
+
+import os
 
 import numpy as np
+import pytest
 
 from jgsess import _C
 
@@ -33,3 +37,13 @@ def test_no_pool_threads_means_no_help():
     runs, foreign = _C.shared_chunk_runs([3, 1], 0, hold=False, spin=1000)
     assert all(count == 1 for call in runs for count in call)
     assert foreign == [0, 0]
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a helper needs a second core")
+def test_a_call_waiting_for_another_threads_chunk_sleeps():
+    # the helper holds one chunk for 0.3 s; the calling thread runs the others and then waits:
+    # it yields a few times and then sleeps, so it takes no core from the threads working
+    # (a mesh of CPU devices runs more waiting calls than there are cores)
+    cpu, wall = _C.wait_for_held_chunk(chunks=64, hold_seconds=0.3)
+    assert wall >= 0.3
+    assert cpu < 0.05, (cpu, wall)
