@@ -2,6 +2,7 @@
 // header's include and one table line.
 #include "registrations.h"
 
+#include "async_hint.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/batch_norm/batch_norm.h"
 #include "kernels/cast_all/cast_all.h"
@@ -17,12 +18,12 @@ pybind11::capsule Capsule(XLA_FFI_Handler* handler) {
 }
 
 // {"cpu": cpu} plus {"CUDA": cuda} when the CUDA kernels are built in (without them, each
-// kernel header makes its <Name>Cuda a null stand-in).
+// kernel header makes its <Name>Cuda a null stand-in) and the target has a CUDA handler.
 pybind11::dict Platforms(XLA_FFI_Handler* cpu, [[maybe_unused]] XLA_FFI_Handler* cuda) {
   pybind11::dict platforms;
   platforms["cpu"] = Capsule(cpu);
 #if defined(JGSESS_WITH_CUDA)
-  platforms["CUDA"] = Capsule(cuda);
+  if (cuda != nullptr) platforms["CUDA"] = Capsule(cuda);
 #endif
   return platforms;
 }
@@ -32,6 +33,7 @@ pybind11::dict Platforms(XLA_FFI_Handler* cpu, [[maybe_unused]] XLA_FFI_Handler*
 pybind11::dict Registrations() {
   pybind11::dict table;
   table["jgsess_adamw"] = Platforms(AdamwCpu, AdamwCuda);
+  table["jgsess_async_hint"] = Platforms(AsyncHintCpu, nullptr);  // CPU only
   table["jgsess_batch_norm_relu"] = Platforms(BatchNormReluCpu, BatchNormReluCuda);
   table["jgsess_batch_norm_add_relu"] = Platforms(BatchNormAddReluCpu, BatchNormAddReluCuda);
   table["jgsess_batch_norm_relu_grad"] = Platforms(BatchNormReluGradCpu, BatchNormReluGradCuda);

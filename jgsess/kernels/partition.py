@@ -113,15 +113,23 @@ def _minor_size(dim: Dim, sizes: dict) -> int:
 # --- where partitioning is needed ------------------------------------------------------------
 
 
+def in_shard_map(ctx) -> bool:
+    """Whether `ctx` lowers a shard_map body (some mesh axes manual)."""
+    axis_context = ctx.module_context.axis_context
+    return (
+        getattr(axis_context, "manual_axes", None) is not None
+        and getattr(axis_context, "mesh", None) is not None
+    )
+
+
 def how_to_lower(ctx) -> str:
     """ "kernel" where the program runs on one device or in a fully manual shard_map body,
     "partition" where XLA partitions it over several devices, and "reference" where it spans
     several devices that the lowering does not know (an abstract lowering): XLA partitions the
     reference, which is never wrong."""
     axis_context = ctx.module_context.axis_context
-    manual = getattr(axis_context, "manual_axes", None)
-    mesh = getattr(axis_context, "mesh", None)
-    if manual is not None and mesh is not None:  # a shard_map body
+    if in_shard_map(ctx):
+        manual, mesh = axis_context.manual_axes, axis_context.mesh
         return "kernel" if set(manual) == set(mesh.axis_names) else "partition"
     devices = getattr(axis_context, "device_assignment", None)
     if devices is not None:

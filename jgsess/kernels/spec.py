@@ -142,6 +142,28 @@ def _exporting(ctx) -> bool:
     return bool(getattr(params, "for_export", False))
 
 
+# XLA's CPU runtime runs a program it estimates under CHEAP_FLOPS flops synchronously, on the
+# calling thread, and counts a custom call as -1 flop (csrc/async_hint.h). A kernel call that
+# writes CHEAP_FLOPS elements or more (its plain program's flops at least) carries a kept no-op
+# custom call on the result of HINT_FLOPS additions (one fusion, however many calls carry it,
+# and enough to outweigh their -1s), so its program is dispatched asynchronously where jax.jit's
+# would be.
+CHEAP_FLOPS = 1000
+HINT_FLOPS = 4096
+ASYNC_HINT_TARGET = "jgsess_async_hint"
+
+
+def _async_hint(ctx) -> None:
+    if sum(int(np.prod(a.shape)) for a in ctx.avals_out) < CHEAP_FLOPS:
+        return
+    aval = _compat.ShapedArray((HINT_FLOPS,), jnp.float32)
+    work = mlir.lower_fun(
+        lambda: (jax.lax.iota(jnp.float32, HINT_FLOPS) + 1.0,), multiple_results=True
+    )(ctx.replace(avals_in=[], avals_out=[aval]))
+    hint = jax.ffi.ffi_lowering(ASYNC_HINT_TARGET, has_side_effect=True)
+    hint(ctx.replace(avals_in=[aval], avals_out=[]), *work)
+
+
 def _make_primitive(spec: KernelSpec):
     prim = _compat.Primitive(spec.target)
     prim.multiple_results = True
@@ -219,7 +241,11 @@ def _make_primitive(spec: KernelSpec):
             aliases = {0: results - 1, **{i + 1: o for i, o in aliases.items()}}
             attrs["workspace_offset"] = np.int64(params["workspace"][0])
         lowering = jax.ffi.ffi_lowering(spec.target, operand_output_aliases=aliases)
-        return lowering(ctx, *args, **attrs)
+        results = lowering(ctx, *args, **attrs)
+        # not in a shard_map body: GSPMD wants a side-effecting op there to carry a sharding
+        if ctx.module_context.platforms == ("cpu",) and not partition.in_shard_map(ctx):
+            _async_hint(ctx)
+        return results
 
     _compat.require_devices_when_lowering(prim)  # its lowering may wrap custom_partitioning
     prim.def_abstract_eval(abstract_eval)

@@ -117,7 +117,8 @@ def cases() -> dict[str, tuple[dict, dict]]:
 
 
 def main() -> None:
-    registered = set(_native.targets())
+    platform = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
+    registered = {t for t, platforms in _native.targets().items() if platform in platforms}
     table = cases()
     missing = registered - set(table)
     print(f"targets {sorted(registered)}", flush=True)
