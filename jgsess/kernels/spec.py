@@ -160,7 +160,13 @@ def _async_hint(ctx) -> None:
     work = mlir.lower_fun(
         lambda: (jax.lax.iota(jnp.float32, HINT_FLOPS) + 1.0,), multiple_results=True
     )(ctx.replace(avals_in=[], avals_out=[aval]))
-    hint = jax.ffi.ffi_lowering(ASYNC_HINT_TARGET, has_side_effect=True)
+    extra = {}
+    if partition.in_shard_map(ctx):  # SPMD wants a side-effecting op's sharding: per device
+        extra = {"extra_attributes": {"mhlo.sharding": mlir.ir.StringAttr.get("{manual}")}}
+        if jax.config.jax_use_shardy_partitioner:
+            shardings = mlir.ir.Attribute.parse("#sdy.sharding_per_value<[<mesh<[]>, []>]>")
+            extra = {"extra_attributes": {"sdy.sharding": shardings}}
+    hint = jax.ffi.ffi_lowering(ASYNC_HINT_TARGET, has_side_effect=True, **extra)
     hint(ctx.replace(avals_in=[aval], avals_out=[]), *work)
 
 
@@ -242,8 +248,7 @@ def _make_primitive(spec: KernelSpec):
             attrs["workspace_offset"] = np.int64(params["workspace"][0])
         lowering = jax.ffi.ffi_lowering(spec.target, operand_output_aliases=aliases)
         results = lowering(ctx, *args, **attrs)
-        # not in a shard_map body: GSPMD wants a side-effecting op there to carry a sharding
-        if ctx.module_context.platforms == ("cpu",) and not partition.in_shard_map(ctx):
+        if ctx.module_context.platforms == ("cpu",):
             _async_hint(ctx)
         return results
 

@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jgsess
+from jgsess.kernels import spec
 from tests.helpers import assert_trees_close, needs_shard_map_bodies
 
 PRNG = jax.random.PRNGKey(0)
@@ -62,6 +63,15 @@ def check(step, args, want_kernels, donate=(), rtol=2e-6, atol=1e-6, added=None)
     extra = {c: fused_count[c] - plain_count[c] for c in COLLECTIVES}
     assert all(n <= (added or {}).get(c, 0) for c, n in extra.items()), (fused_count, plain_count)
     return fused_text
+
+
+def assert_dispatched_asynchronously(step, args):
+    """Each device's program carries the async hint, in the per-shard bodies too (manual
+    sharding), and so is estimated at jax.jit's side of XLA:CPU's synchronous-run threshold."""
+    program = jgsess.jit(step).lower(*args).compile()
+    assert f'custom_call_target="{spec.ASYNC_HINT_TARGET}"' in program.as_text()
+    assert program.cost_analysis()["flops"] >= spec.CHEAP_FLOPS
+    assert jax.jit(step).lower(*args).compile().cost_analysis()["flops"] >= spec.CHEAP_FLOPS
 
 
 class MLP(nn.Module):
@@ -145,6 +155,7 @@ def test_fsdp_parameters_and_state_sharded():
     text = check(step, (params, state, grads), {"jgsess_adamw", "jgsess_global_norm"}, (0, 1))
     # in place per shard: the kernel's results alias its parameter and state operands
     assert re.search(r'"jgsess_adamw"[^\n]*output_to_operand_aliasing=\{\{', text), text
+    assert_dispatched_asynchronously(step, (params, state, grads))
 
 
 def test_two_dimensional_mesh():
@@ -192,6 +203,7 @@ def test_shard_map_with_pmean():
     text = check(step, args, {"jgsess_adamw", "jgsess_global_norm"})
     # inside the body the kernels see local blocks: no partitioning around them
     assert "CustomSPMDPartitioning" not in text
+    assert_dispatched_asynchronously(step, args)
 
 
 def test_one_device_program_in_a_four_device_process():
