@@ -6,9 +6,15 @@ Each parameter set (benchmarks/param_sets.py) is updated in three layouts: on on
 single-device ratio, for comparison), data-parallel (parameters and state replicated over the 4
 devices) and FSDP (each array split on its first dimension 4 divides, replicated otherwise).
 Parameters and state are donated. Each multi-device layout is timed together with the one-device
-layout: every round runs the four compiled steps in turn, three consecutive steps each (one
-timing), so the two speed-ups see the same machine; the share is the median over rounds of
-(multi-device speed-up / one-device speed-up).
+layout: every round runs the four compiled steps in turn, each three steps back to back (the
+next dispatched while the last runs, as a training loop does; one wait at the end) and then
+three steps waiting for each (one timing each: a single step's time on a shared machine varies
+by 30% and more), so the two speed-ups see the same machine; the share is the median over
+rounds of (multi-device speed-up / one-device speed-up).
+FSDP rounds also time a donated step that computes nothing, on one device and under FSDP: its
+extra time under FSDP is what jax's runtime alone costs for four shards of every array, which
+both jits pay and no kernel removes. "runtime bound" is the share jgsess.jit would keep if its
+FSDP step took its one-device time plus only that extra (per round, median over rounds).
 The device count is forced before jax starts (4 host devices sharing this machine's cores, so a
 step's time is that of the whole mesh).
 """
@@ -72,19 +78,28 @@ def step_of(opt):
     return step
 
 
+MODES = ("back to back", "waited for")
+
+
+def nothing_computed(params, state, grads):
+    return params, state
+
+
 def time_layouts(
     shapes, places: dict, optimizer: str, runs: int, steps: int = 3
-) -> dict[str, list]:
-    """Per layout, the ms per step of jax.jit and of jgsess.jit in each round; every round runs
-    `steps` consecutive steps of each layout's two variants, layouts and variants in turn (one
-    timing of several steps: a single step's time on a shared machine varies by 30% and more)."""
+) -> dict[str, dict[str, list]]:
+    """Per mode (MODES) and layout, the ms per step of jax.jit, of jgsess.jit and (where FSDP is
+    timed) of a donated step computing nothing, in each round; every round runs `steps` steps of
+    each layout's variants in each mode, layouts and variants in turn."""
     opt = OPTIMIZERS[optimizer]()
     key = jax.random.PRNGKey(0)
-    step = step_of(opt)
+    variants = [(jax.jit, step_of(opt)), (jgsess.jit, step_of(opt))]
+    if "fsdp" in places:  # one more copy of a replicated set would not fit BERT-base in 24 GB
+        variants.append((jax.jit, nothing_computed))
     runners = []
     for layout, place in places.items():
         grads = [jax.device_put(0.01 * jnp.ones(s), place(s)) for s in shapes]
-        for variant, jit in enumerate((jax.jit, jgsess.jit)):
+        for variant, (jit, step) in enumerate(variants):
             p = [  # one copy of the parameters and state per variant, nothing more
                 jax.device_put(0.1 * jax.random.normal(jax.random.fold_in(key, i), s), place(s))
                 for i, s in enumerate(shapes)
@@ -93,18 +108,42 @@ def time_layouts(
             runners.append(
                 {"key": (layout, variant), "fn": fn, "state": (p, opt.init(p)), "grads": grads}
             )
-    times: dict[str, list] = {layout: [[], []] for layout in places}
+    times = {mode: {layout: [[] for _ in variants] for layout in places} for mode in MODES}
     for r in range(runs + 2):
         for runner in runners[r % 2 :] + runners[: r % 2]:
-            start = time.perf_counter()
-            for _ in range(steps):
-                runner["state"] = jax.block_until_ready(
-                    runner["fn"](*runner["state"], runner["grads"])
-                )
-            if r >= 2:  # compile and one warm-up
-                layout, variant = runner["key"]
-                times[layout][variant].append(1e3 * (time.perf_counter() - start) / steps)
+            for mode in MODES:
+                start = time.perf_counter()
+                for _ in range(steps):
+                    runner["state"] = runner["fn"](*runner["state"], runner["grads"])
+                    if mode == "waited for":
+                        jax.block_until_ready(runner["state"])
+                jax.block_until_ready(runner["state"])
+                if r >= 2:  # compile and one warm-up
+                    layout, variant = runner["key"]
+                    elapsed = 1e3 * (time.perf_counter() - start) / steps
+                    times[mode][layout][variant].append(elapsed)
     return times
+
+
+def row(times: dict[str, list], layout: str) -> str:
+    """The table's timing cells of one layout and mode: per round, (jax.jit ms, jgsess.jit ms
+    and, under FSDP, nothing-computed ms) on one device and on `layout`."""
+    (plain1, fused1, *nothing1), (plain, fused, *nothing) = times["one device"], times[layout]
+    single = [a / b for a, b in zip(plain1, fused1)]
+    speedups = [a / b for a, b in zip(plain, fused)]
+    shares = [m / s for m, s in zip(speedups, single)]
+    bound = ""
+    if nothing:  # jgsess.jit's one-device time plus the runtime's extra for four shards
+        extra = [max(0.0, n - n1) for n, n1 in zip(nothing[0], nothing1[0])]
+        bound = statistics.median(
+            a / (b1 + e) / s for a, b1, e, s in zip(plain, fused1, extra, single)
+        )
+        bound = f"{bound:.2f} (+{statistics.median(extra):.2f} ms)"
+    return (
+        f"{statistics.median(single):.2f}x | {statistics.median(plain):.2f} | "
+        f"{statistics.median(fused):.2f} | {statistics.median(speedups):.2f}x | "
+        f"{statistics.median(shares):.2f} | {bound}"
+    )
 
 
 def bucketing(shapes, mesh: Mesh, runs: int) -> tuple[float, float, object]:
@@ -137,10 +176,10 @@ def main() -> None:
     args = parser.parse_args()
     mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
     print(
-        "| set | optimizer | layout | jax.jit ms | jgsess.jit ms | speedup | "
-        "of 1-device speedup (same rounds) |"
+        "| set | optimizer | layout | steps | 1-device speedup | jax.jit ms | jgsess.jit ms | "
+        "speedup | of 1-device speedup (same rounds) | runtime bound |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     places = layouts(mesh)
     single = places.pop("one device")
     for name in args.sets.split(","):
@@ -151,15 +190,9 @@ def main() -> None:
                 times = time_layouts(
                     shapes, {"one device": single, layout: place}, optimizer, args.runs
                 )
-                speedups = {k: [a / b for a, b in zip(*t)] for k, t in times.items()}
-                shares = [m / s for m, s in zip(speedups[layout], speedups["one device"])]
-                for k, share in (("one device", None), (layout, statistics.median(shares))):
-                    plain, fused = (statistics.median(t) for t in times[k])
-                    shown = "" if share is None else f"{share:.2f}"
+                for mode, by_layout in times.items():
                     print(
-                        f"| {name} | {optimizer} | {k} | {plain:.2f} | {fused:.2f} | "
-                        f"{statistics.median(speedups[k]):.2f}x | {shown} |",
-                        flush=True,
+                        f"| {name} | {optimizer} | {layout} | {mode} | {row(by_layout, layout)} |"
                     )
     print()
     print(
