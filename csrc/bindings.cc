@@ -34,6 +34,10 @@ PYBIND11_MODULE(_C, m) {
       pybind11::arg("spin"),
       "(times each chunk ran, chunks run off the call's own thread) per call, for concurrent "
       "ParallelFor calls (one per entry of `chunks`) sharing a pool of `pool_threads` (tests)");
+  m.def("second_thread_order", &jgsess::SecondThreadOrder, pybind11::arg("first_chunks"),
+        pybind11::arg("second_chunks"),
+        "the call (0 or 1) of each chunk a second call's thread ran, in order, while the first "
+        "call's thread held its first chunk (tests)");
   m.def(
       "wait_for_held_chunk",
       [](int64_t chunks, double hold_seconds) {

@@ -110,6 +110,33 @@ ChunkRuns SharedChunkRuns(const std::vector<int64_t>& chunks, int pool_threads, 
   return out;
 }
 
+std::vector<int> SecondThreadOrder(int64_t first_chunks, int64_t second_chunks) {
+  TestPool pool(0);
+  std::vector<int> order;
+  std::atomic<bool> started{false};
+  std::atomic<int64_t> first_done{0};
+  std::thread first([&] {
+    ParallelFor(pool, first_chunks, [&](int64_t c) {
+      if (c == 0) {
+        started = true;
+        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (first_done.load() + 1 < first_chunks && std::chrono::steady_clock::now() < limit) {
+          std::this_thread::yield();
+        }
+      } else {
+        order.push_back(0);  // only the second thread runs these while the first holds chunk 0
+        first_done.fetch_add(1);
+      }
+    });
+  });
+  while (!started) std::this_thread::yield();
+  std::thread second(
+      [&] { ParallelFor(pool, second_chunks, [&](int64_t) { order.push_back(1); }); });
+  second.join();
+  first.join();
+  return order;
+}
+
 Waiting WaitForHeldChunk(int64_t chunks, double hold_seconds) {
   TestPool pool(2);
   const std::thread::id own = std::this_thread::get_id();

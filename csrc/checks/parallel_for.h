@@ -21,6 +21,11 @@ struct ChunkRuns {
 ChunkRuns SharedChunkRuns(const std::vector<int64_t>& chunks, int pool_threads, bool hold,
                           int64_t spin);
 
+// Two ParallelFor calls and no pool: call 0 (`first_chunks` chunks) holds its first chunk on its
+// own thread (at most 10 s) until its other chunks have run elsewhere; call 1 (`second_chunks`)
+// starts meanwhile on a second thread. The call of each chunk the second thread ran, in order.
+std::vector<int> SecondThreadOrder(int64_t first_chunks, int64_t second_chunks);
+
 // What a call's own thread spends while it waits for another thread's last chunk.
 struct Waiting {
   double cpu_seconds;   // the calling thread's CPU time in the call

@@ -5,7 +5,7 @@
 // give every thread the same share. Threads come from XLA's intra-op pool; the calling thread
 // works too and only waits for chunks that another thread is already running, so a busy pool
 // can slow a call down but never deadlock it. Concurrent calls (one per device of a CPU mesh)
-// share their chunks: a thread with none of its own left runs another call's.
+// share their chunks, oldest call first, so they finish in the order they started.
 #pragma once
 
 #include <algorithm>
@@ -89,11 +89,12 @@ class Job {
   std::condition_variable finished_;
 };
 
-// The ParallelFor calls in progress in this process. With several devices on one host (a mesh
-// of CPU devices) each device's program calls its own kernel at the same time, on its own
-// thread; a thread whose own call has no chunks left runs chunks of the others, so a call that
-// started late, or got less of the cores, does not finish alone on one core while the others
-// idle.
+// The ParallelFor calls in progress in this process, oldest first. With several devices on one
+// host (a mesh of CPU devices) each device's program calls its own kernel at the same time, on
+// its own thread (one of PjRt's, which it holds until the program ends). Every thread runs the
+// oldest call's chunks first: no call finishes alone on one core while the others idle, and the
+// calls end one after another rather than all at the end, so the threads of the devices done
+// first are free to launch the next step while the others' chunks still run.
 class Jobs {
  public:
   static Jobs& Get() {
@@ -112,7 +113,7 @@ class Jobs {
     jobs_.erase(std::find_if(jobs_.begin(), jobs_.end(),
                              [job](const std::shared_ptr<Job>& j) { return j.get() == job; }));
   }
-  // A call in progress with chunks left to claim, or null.
+  // The oldest call in progress with chunks left to claim, or null.
   std::shared_ptr<Job> Claimable() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& job : jobs_) {
@@ -126,14 +127,9 @@ class Jobs {
   std::vector<std::shared_ptr<Job>> jobs_;
 };
 
-// A helper on the pool: runs chunks of `job`, then of any call in progress, until none has
-// chunks left.
-inline void Help(std::shared_ptr<Job> job) {
-  while (job != nullptr) {
-    while (job->RunOne()) {
-    }
-    job = Jobs::Get().Claimable();
-  }
+// A helper on the pool: runs the oldest call's chunks until no call has any left.
+inline void Help() {
+  while (auto job = Jobs::Get().Claimable()) job->RunOne();
 }
 
 // Runs body(c) for c in [0, n) on the pool and the calling thread; returns when all are done.
@@ -149,12 +145,11 @@ void ParallelFor(Pool& pool, int64_t n, F body) {
   static const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int64_t threads = std::min<int64_t>(pool.num_threads(), cores);
   const int64_t helpers = std::clamp<int64_t>(threads - busy, 0, n - 1);
-  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([job] { Help(job); });
-  while (job->RunOne()) {
-  }
-  // the last chunks run on other threads: meanwhile this thread runs other calls' chunks; with
-  // none, it yields a while (a chunk is tens of microseconds), then sleeps: on a mesh of CPU
-  // devices more threads than cores wait so, and a spinning one takes a core from those working
+  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([] { Help(); });
+  // this thread runs the oldest call's chunks (its own once the older ones are claimed); when
+  // its own last chunks run on other threads and no call has chunks left, it yields a while (a
+  // chunk is tens of microseconds), then sleeps: on a mesh of CPU devices more threads than
+  // cores wait so, and a spinning one takes a core from those working
   for (int idle = 0; !job->finished();) {
     auto other = Jobs::Get().Claimable();
     if (other != nullptr && other->RunOne()) {
@@ -167,7 +162,7 @@ void ParallelFor(Pool& pool, int64_t n, F body) {
   }
   Jobs::Get().Remove(job.get());
   // this thread's core is free while other calls still have chunks: a helper takes it
-  if (auto other = Jobs::Get().Claimable()) pool.Schedule([other] { Help(other); });
+  if (Jobs::Get().Claimable() != nullptr) pool.Schedule([] { Help(); });
 }
 
 }  // namespace jgsess

@@ -1,7 +1,7 @@
 """The CPU kernels' work sharing (csrc/common/parallel.h) under concurrent calls, as the devices
-of a CPU mesh make them: every chunk of every call runs exactly once, and a call's chunks that
-are left when the other calls finish run on the threads those calls freed; a call waiting for
-another thread's chunk sleeps rather than spins."""
+of a CPU mesh make them: every chunk of every call runs exactly once, the oldest call's chunks
+first, and a call's chunks that are left when the other calls finish run on the threads those
+calls freed; a call waiting for another thread's chunk sleeps rather than spins."""
 
 import os
 
@@ -29,6 +29,13 @@ def test_freed_threads_run_a_late_call():
     runs, foreign = _C.shared_chunk_runs([40, 1, 1, 1], 1, hold=True, spin=1000)
     assert all(count == 1 for call in runs for count in call)
     assert foreign[0] == 39, foreign
+
+
+def test_a_later_call_runs_the_older_calls_chunks_first():
+    # the oldest call's chunks go first, so calls end in the order they started (a device done
+    # first frees its launch thread for the next step); call 0's own thread is held, so its
+    # other chunks can only run on call 1's thread, and must run there before call 1's own
+    assert _C.second_thread_order(first_chunks=6, second_chunks=4) == [0] * 5 + [1] * 4
 
 
 def test_no_pool_threads_means_no_help():
