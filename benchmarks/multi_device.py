@@ -93,7 +93,8 @@ def time_layouts(
     each layout's variants in each mode, layouts and variants in turn."""
     opt = OPTIMIZERS[optimizer]()
     key = jax.random.PRNGKey(0)
-    variants = [(jax.jit, step_of(opt)), (jgsess.jit, step_of(opt))]
+    step = step_of(opt)
+    variants = [(jax.jit, step), (jgsess.jit, step)]
     if "fsdp" in places:  # one more copy of a replicated set would not fit BERT-base in 24 GB
         variants.append((jax.jit, nothing_computed))
     runners = []
@@ -135,10 +136,10 @@ def row(times: dict[str, list], layout: str) -> str:
     bound = ""
     if nothing:  # jgsess.jit's one-device time plus the runtime's extra for four shards
         extra = [max(0.0, n - n1) for n, n1 in zip(nothing[0], nothing1[0])]
-        bound = statistics.median(
+        share = statistics.median(
             a / (b1 + e) / s for a, b1, e, s in zip(plain, fused1, extra, single)
         )
-        bound = f"{bound:.2f} (+{statistics.median(extra):.2f} ms)"
+        bound = f"{share:.2f} (+{statistics.median(extra):.2f} ms)"
     return (
         f"{statistics.median(single):.2f}x | {statistics.median(plain):.2f} | "
         f"{statistics.median(fused):.2f} | {statistics.median(speedups):.2f}x | "

@@ -65,6 +65,15 @@ double ThreadCpuSeconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
+// Yields until all `chunks` chunks but the one running this have run (`others_done` of them),
+// or 10 s pass: the held chunk keeps its thread, so other threads must run the rest.
+void HoldUntilOthersRan(const std::atomic<int64_t>& others_done, int64_t chunks) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (others_done.load() + 1 < chunks && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::yield();
+  }
+}
+
 }  // namespace
 
 ChunkRuns SharedChunkRuns(const std::vector<int64_t>& chunks, int pool_threads, bool hold,
@@ -84,11 +93,7 @@ ChunkRuns SharedChunkRuns(const std::vector<int64_t>& chunks, int pool_threads, 
       ParallelFor(pool, chunks[k], [&, k, own](int64_t c) {
         if (k == 0 && c == 0) {
           started = true;
-          const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while (hold && first_done.load() + 1 < chunks[0] &&
-                 std::chrono::steady_clock::now() < limit) {
-            std::this_thread::yield();
-          }
+          if (hold) HoldUntilOthersRan(first_done, chunks[0]);
         }
         volatile int64_t sink = 0;
         for (int64_t i = 0; i < spin; ++i) sink = sink + i;
@@ -119,10 +124,7 @@ std::vector<int> SecondThreadOrder(int64_t first_chunks, int64_t second_chunks) 
     ParallelFor(pool, first_chunks, [&](int64_t c) {
       if (c == 0) {
         started = true;
-        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (first_done.load() + 1 < first_chunks && std::chrono::steady_clock::now() < limit) {
-          std::this_thread::yield();
-        }
+        HoldUntilOthersRan(first_done, first_chunks);
       } else {
         order.push_back(0);  // only the second thread runs these while the first holds chunk 0
         first_done.fetch_add(1);

@@ -129,7 +129,10 @@ class Jobs {
 
 // A helper on the pool: runs the oldest call's chunks until no call has any left.
 inline void Help() {
-  while (auto job = Jobs::Get().Claimable()) job->RunOne();
+  while (auto job = Jobs::Get().Claimable()) {
+    while (job->RunOne()) {
+    }
+  }
 }
 
 // Runs body(c) for c in [0, n) on the pool and the calling thread; returns when all are done.
@@ -146,13 +149,15 @@ void ParallelFor(Pool& pool, int64_t n, F body) {
   const int64_t threads = std::min<int64_t>(pool.num_threads(), cores);
   const int64_t helpers = std::clamp<int64_t>(threads - busy, 0, n - 1);
   for (int64_t i = 0; i < helpers; ++i) pool.Schedule([] { Help(); });
-  // this thread runs the oldest call's chunks (its own once the older ones are claimed); when
-  // its own last chunks run on other threads and no call has chunks left, it yields a while (a
-  // chunk is tens of microseconds), then sleeps: on a mesh of CPU devices more threads than
+  // this thread runs the oldest call's chunks (its own once the older ones are claimed; a call
+  // stays the oldest with chunks until they are all claimed, since newer calls queue behind it);
+  // when its own last chunks run on other threads and no call has chunks left, it yields a while
+  // (a chunk is tens of microseconds), then sleeps: on a mesh of CPU devices more threads than
   // cores wait so, and a spinning one takes a core from those working
   for (int idle = 0; !job->finished();) {
-    auto other = Jobs::Get().Claimable();
-    if (other != nullptr && other->RunOne()) {
+    if (auto oldest = Jobs::Get().Claimable()) {
+      while (oldest->RunOne()) {
+      }
       idle = 0;
     } else if (++idle < kYieldsBeforeSleep) {
       std::this_thread::yield();
