@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import jax
 
-from . import _compat, _config
+from . import _compat, _config, platforms
 from .report import Report
 from .session import Session, compile_jaxpr
 
@@ -90,6 +90,7 @@ class _Body:
         plan: bool = False,
         reports: _Body | None = None,
         compiler_options: tuple = (),
+        pinned=None,
     ):
         try:
             self._ref = weakref.ref(fun)
@@ -98,6 +99,7 @@ class _Body:
         self._donate_nums, self._donate_names = donated
         self._plan = plan  # compute the whole-program memory plan (report, dumps)
         self._compiler_options = compiler_options  # jax.jit's, as sorted (name, value) pairs
+        self._pinned = pinned  # the device jax.jit's options place the program on, or None
         self._warned = plan  # a report states a fallback itself
         self.sessions: list[Session] | None = [] if plan else None
         # signatures (see _signature) this body has compiled; a report's body (`reports`: the
@@ -175,12 +177,14 @@ class _Body:
         """The optimized program's results on `args` (bound into jax.jit's trace) and its
         Session; on a pipeline failure, `closed`'s own results. `traced`: the trace's seconds,
         None where no kernel may be measured."""
+        platform = platforms.program_platform(self._pinned)
         try:
             with jax.explain_cache_misses(False):
                 program, session = compile_jaxpr(
                     closed,
                     name=self.__name__,
                     donated=donated,
+                    platform=platform,
                     plan=self._plan,
                     traced=traced,
                     compiler_options=self._compiler_options,
@@ -194,7 +198,7 @@ class _Body:
                 raise
             self._fall_back(err)
             fallback = f"{type(err).__name__}: {err}"
-            session = Session(self.__name__, jax.default_backend(), fallback=fallback)
+            session = Session(self.__name__, platform, fallback=fallback)
             return _compat.jaxpr_as_fun(closed)(*args), session
 
     def _fall_back(self, err: Exception) -> None:
@@ -250,19 +254,21 @@ def _lift_traced_consts(closed):
     return _compat.ClosedJaxpr(new, [c for _, c in keep]), [c for _, c in lift]
 
 
-# fun -> {((donated positions, donated names), compiler options): its _Body}; the body holds
-# fun weakly
+# fun -> {(donation, compiler options, pinned device): its _Body}; the body holds fun weakly
 _BODIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _body(fun: Callable, donated: tuple[frozenset, frozenset], compiler_options: tuple) -> _Body:
+def _body(fun: Callable, donated: tuple[frozenset, frozenset], options: dict) -> _Body:
+    compiler_options = tuple(sorted((options.get("compiler_options") or {}).items()))
+    pinned = platforms.pinned_device(options)
+    make = functools.partial(_Body, fun, donated, compiler_options=compiler_options, pinned=pinned)
     try:
         bodies = _BODIES.setdefault(fun, {})
     except TypeError:  # not hashable or not weakly referenceable
-        return _Body(fun, donated, compiler_options=compiler_options)
-    key = (donated, compiler_options)
+        return make()
+    key = (donated, compiler_options, pinned)
     if key not in bodies:
-        bodies[key] = _Body(fun, donated, compiler_options=compiler_options)
+        bodies[key] = make()
     return bodies[key]
 
 
@@ -298,9 +304,7 @@ def jit(fun=_SIGNATURE.parameters["fun"].default, /, **options):
     with warnings.catch_warnings():  # jax.jit's errors for a bad function or bad options;
         warnings.simplefilter("ignore")  # its warnings come once, from the jax.jit below
         plain = jax.jit(fun, **options)
-    donated = _donation(fun, options)
-    compiler_options = tuple(sorted((options.get("compiler_options") or {}).items()))
-    body = _body(fun, donated, compiler_options)
+    body = _body(fun, _donation(fun, options), options)
     jitted = jax.jit(body, **options)
     jitted.__wrapped__ = fun
     jitted._jgsess_body = body
@@ -320,7 +324,12 @@ def _report(fun, compiled: _Body, options, plain, *args, **kwargs) -> Report:
     program, not report it)."""
     donated = (compiled._donate_nums, compiled._donate_names)
     body = _Body(
-        fun, donated, plan=True, reports=compiled, compiler_options=compiled._compiler_options
+        fun,
+        donated,
+        plan=True,
+        reports=compiled,
+        compiler_options=compiled._compiler_options,
+        pinned=compiled._pinned,
     )
     fused = jax.jit(body, **options)
     fused.trace(*args, **kwargs)

@@ -181,6 +181,11 @@ def is_opaque_param(value) -> bool:
     return callable(value) or hasattr(value, "call_wrapped")
 
 
+def jit_shardings(options: dict) -> tuple:
+    """The shardings jax.jit's options give the program's inputs and outputs (trees, or None)."""
+    return options.get("in_shardings"), options.get("out_shardings")
+
+
 def is_unspecified(sharding) -> bool:
     """True where a nested jit leaves a sharding unspecified."""
     return sharding is None or isinstance(sharding, _UNSPECIFIED)

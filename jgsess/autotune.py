@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from . import platforms
+
 _MIN_REPS, _MAX_REPS = 5, 51
 _TRACE_SHARE = 0.25  # of a function's trace time, spent measuring at most
 _cache: dict[str, dict] | None = None
@@ -115,10 +117,7 @@ def _store(key: str, entry: dict) -> None:
 
 
 def _device_kind(platform: str) -> str:
-    try:
-        return jax.devices(platform)[0].device_kind
-    except RuntimeError:
-        return "unknown"
+    return jax.devices(platform)[0].device_kind if platforms.has_devices(platform) else "unknown"
 
 
 def key(kernel: str, platform: str, avals, static: dict) -> str:
@@ -211,8 +210,9 @@ def decide(
     """The cached decision under `key`, else one measured now with `sides()` (-> kernel
     function, XLA function, operands); None where measuring is off or this compilation's
     `budget` (seconds) is spent. `log` collects the compilation's decisions (the report prints
-    them)."""
-    if not enabled():
+    them). A platform this process has no device of is never measured (a program lowered for
+    another machine)."""
+    if not enabled() or not platforms.has_devices(platform):
         return None
     entry = _load().get(key)
     if entry is not None:

@@ -12,9 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-import jax
-
-from . import _config, autotune
+from . import _config, autotune, platforms
 from .emit import evaluate
 from .ir import from_jaxpr, graph_text
 from .passes.manager import CompileRecord, Context, PassRecord, run_pipeline
@@ -50,13 +48,15 @@ def compile_jaxpr(
     """Optimize `closed`; returns (program, Session), where `program(args)` binds the optimized
     program into the current trace (`emit.evaluate`). Raises on pipeline failure.
 
-    `plan` asks for the whole-program memory plan (for the report; `JGSESS_DUMP` asks too);
-    `traced` is how long the function took to trace (kernel measurements get a share of it;
-    None: measure none, decide by the cached measurements alone); `compiler_options` are
-    jax.jit's as sorted (name, value) pairs, for what the passes ask XLA (see passes/widen.py).
+    `platform`: the kernel platform the program runs on (platforms.py; default: the default
+    device's). `plan` asks for the whole-program memory plan (for the report; `JGSESS_DUMP`
+    asks too); `traced` is how long the function took to trace (kernel measurements get a
+    share of it; None: measure none, decide by the cached measurements alone);
+    `compiler_options` are jax.jit's as sorted (name, value) pairs, for what the passes ask
+    XLA (see passes/widen.py).
     """
     start = time.perf_counter()
-    platform = platform or jax.default_backend()
+    platform = platform or platforms.program_platform()
     graph = from_jaxpr(closed)
     graph.donated = list(donated)
     dump = _config.dump_dir()

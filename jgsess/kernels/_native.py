@@ -13,8 +13,9 @@ import warnings
 
 import jax
 
-# FFI registration platform -> jax lowering platform
+# FFI registration platform -> jax lowering platform (the kernel platform, jgsess/platforms.py)
 _LOWERING_PLATFORM = {"cpu": "cpu", "CUDA": "cuda"}
+KERNEL_PLATFORMS = frozenset(_LOWERING_PLATFORM.values())
 
 
 @functools.cache

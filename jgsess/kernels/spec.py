@@ -257,7 +257,17 @@ def _make_primitive(spec: KernelSpec):
     prim.def_impl(impl)
     ad.primitive_jvps[prim] = jvp
     batching.primitive_batchers[prim] = batch
+
+    def rule_for(platform: str):
+        # whether `platform` has the kernel is asked when a program lowers, not here
+        def rule(ctx, *args, **params):
+            if platform not in spec.platforms():
+                return reference_rule(ctx, *args, **params)
+            return ffi_rule(ctx, *args, **params)
+
+        return rule
+
     mlir.register_lowering(prim, reference_rule)
-    for platform in spec.platforms():
-        mlir.register_lowering(prim, ffi_rule, platform=platform)
+    for platform in _native.KERNEL_PLATFORMS:
+        mlir.register_lowering(prim, rule_for(platform), platform=platform)
     return prim

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import tests.kernels
+from jgsess import platforms
 from jgsess.kernels import _native
 
 N = 1 << 20
@@ -117,7 +118,7 @@ def cases() -> dict[str, tuple[dict, dict]]:
 
 
 def main() -> None:
-    platform = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
+    platform = platforms.program_platform()
     registered = {t for t, platforms in _native.targets().items() if platform in platforms}
     table = cases()
     missing = registered - set(table)

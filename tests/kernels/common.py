@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jgsess import platforms
 from tests.helpers import assert_trees_close
 
 # odd sizes: one element, less than a SIMD vector, not a multiple of the CPU chunk (16384) or
@@ -29,8 +30,7 @@ def assert_custom_call(spec, fn, *args, device=None):
     """`fn(*args)` lowers to the `jgsess_<name>` custom call for `device`'s platform (the
     default backend's without one): the kernel is registered there and really runs, not its
     reference."""
-    platform = device.platform if device is not None else jax.default_backend()
-    platform = {"gpu": "cuda"}.get(platform, platform)
+    platform = platforms.program_platform(device)
     assert platform in spec.platforms(), f"{spec.target} has no kernel registered for {platform}"
     text = fn.lower(*args).as_text()
     assert re.search(rf"custom_call @{spec.target}\(", text), f"no {spec.target} custom call"

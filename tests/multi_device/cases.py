@@ -434,3 +434,44 @@ def test_batch_norm_relu_per_shard(layout):
     fusions = jgsess.jit(step).report(params, stats, x, z).fusions
     assert fusions["batch_norm_relu"] == fusions["batch_norm_relu_grad"] == 1, fusions
     check(step, (params, stats, x, z), want, rtol=2e-5, atol=2e-5)
+
+
+def _fsdp_adamw_step():
+    mesh = Mesh(np.array(jax.devices()), ("fsdp",))
+    shard = first_divisible(mesh, "fsdp")
+    params = {
+        "w": jax.random.normal(jax.random.PRNGKey(0), (20, 64)),
+        "odd": jax.random.normal(jax.random.PRNGKey(2), (1001,)),
+    }
+    params = jax.tree.map(lambda p: jax.device_put(p, shard(p)), params)
+    state = jax.tree.map(lambda s: jax.device_put(s, shard(s)), OPT.init(params))
+    return update_step(OPT), (params, state, jax.tree.map(lambda p: 0.1 * p, params))
+
+
+def _data_parallel_train_step():
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    x, y = jax.device_put(batch(), NamedSharding(mesh, P("data")))
+    replicated = NamedSharding(mesh, P())
+    params = jax.device_put(MLP().init(PRNG, x), replicated)
+    return train_step(OPT), (params, jax.device_put(OPT.init(params), replicated), x, y)
+
+
+def _channel_split_batch_norm_step():
+    from tests.passes.test_fuse_batch_norm import Block, linen_step
+
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    step, (params, stats, x, z) = linen_step(Block(), jax.random.normal(PRNG, (8, 3, 3, 128)))
+    params, stats = jax.device_put((params, stats), NamedSharding(mesh, P("d")))
+    x = jax.device_put(x, NamedSharding(mesh, P(None, None, None, "d")))
+    return step, (params, stats, x, z)
+
+
+@pytest.mark.parametrize(
+    "make", [_fsdp_adamw_step, _data_parallel_train_step, _channel_split_batch_norm_step]
+)
+def test_sharded_steps_lower_to_the_same_calls_for_cuda(monkeypatch, make):
+    """On a faked NVIDIA GPU the partitioned kernel calls are those of the CPU program."""
+    from tests import cuda_lowering
+
+    calls = cuda_lowering.assert_same_calls_for_cuda(monkeypatch, make)
+    assert calls, "no kernel call"

@@ -1,0 +1,87 @@
+"""On an NVIDIA machine jax names the platform "gpu" and jgsess's kernels are "cuda" kernels:
+the one mapping (jgsess/platforms.py) makes every fusion's step lower to the CUDA custom calls,
+with the operands it has on the CPU; ROCm and platforms without kernels keep XLA's code. The
+GPU is faked (tests/cuda_lowering.py) and each program is lowered for "cuda", not run."""
+
+from __future__ import annotations
+
+import types
+
+import jax
+import pytest
+
+import jgsess
+from jgsess import platforms
+from tests import cuda_lowering as cl
+
+STEPS = cl.steps()
+
+
+@pytest.fixture(autouse=True)
+def prefer_memory(monkeypatch):  # the relu_mask kernels are taken where memory is preferred
+    monkeypatch.setenv("JGSESS_PREFER", "memory")
+
+
+@pytest.mark.parametrize(
+    "platform, version, want",
+    [
+        ("cpu", "", "cpu"),
+        ("gpu", "cuda 13000", "cuda"),
+        ("gpu", "PJRT C API\ncuda 12030", "cuda"),
+        ("gpu", "rocm 60200", "rocm"),
+        ("tpu", "TFRT TPU v5 lite", "tpu"),
+        ("gpu", "some other runtime", "gpu"),
+    ],
+)
+def test_one_mapping_from_what_jax_reports(platform, version, want):
+    device = types.SimpleNamespace(
+        platform=platform, client=types.SimpleNamespace(platform_version=version)
+    )
+    assert platforms.kernel_platform(device) == want
+
+
+def test_a_program_runs_where_its_options_place_it(monkeypatch):
+    cpu = jax.devices("cpu")[0]
+    monkeypatch.setattr(platforms, "default_device", cl.fake_device)
+    assert platforms.program_platform() == "cuda"
+    for options in (
+        {"device": cpu},
+        {"backend": "cpu"},
+        {"in_shardings": jax.sharding.SingleDeviceSharding(cpu)},
+        {"out_shardings": (None, jax.sharding.SingleDeviceSharding(cpu))},
+    ):
+        assert platforms.program_platform(platforms.pinned_device(options)) == "cpu", options
+    assert platforms.pinned_device({"in_shardings": None, "donate_argnums": 0}) is None
+
+
+@pytest.mark.parametrize("name", sorted(STEPS))
+def test_every_fusion_lowers_to_its_cuda_kernels_on_an_nvidia_gpu(monkeypatch, name):
+    make, want = STEPS[name]
+    if name in cl.GPU_ONLY:
+        assert cl.kernel_calls(cl.lowered(*make(), "cpu")) == []
+        cl.fake_gpu(monkeypatch)
+        on_cuda = cl.kernel_calls(cl.lowered(*make(), "cuda"))
+    else:  # the same calls, on the same operands
+        on_cuda = cl.assert_same_calls_for_cuda(monkeypatch, make)
+    assert {target for target, _ in on_cuda} == want, on_cuda
+
+
+@pytest.mark.parametrize("name", ["adamw", "global_norm", "batch_norm_add_relu_grad"])
+def test_rocm_selects_no_cuda_kernel(monkeypatch, name):
+    make, _ = STEPS[name]
+    fn, args = make()
+    cl.fake_gpu(monkeypatch, "rocm 60200")
+    compiled = jgsess.jit(fn)
+    assert cl.kernel_calls(cl.lowered(fn, args, "rocm")) == []
+    report = compiled.report(*args)
+    assert report.session.platform == "rocm"
+    assert all(k.impl == "xla" for k in report.session.record.kernels), report
+
+
+def test_before_the_mapping_a_gpu_named_gpu_had_no_kernel(monkeypatch):
+    """What the session did when it took jax's platform name as its own: no kernel."""
+    make, _ = STEPS["adamw"]
+    fn, args = make()
+    cl.fake_gpu(monkeypatch)
+    monkeypatch.setattr(platforms, "kernel_platform", lambda device: device.platform)
+    assert cl.kernel_calls(cl.lowered(fn, args, "cuda")) == []
