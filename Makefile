@@ -1,4 +1,5 @@
-# `make demo` and `make test` create .venv if missing and build jgsess there; `make lint` checks
+# `make demo` and `make test` create .venv if missing and build jgsess there (`make test` also
+# builds the test-only SIMT emulator of the CUDA kernels, tests/emulator/); `make lint` checks
 # the Python (ruff) and C++/CUDA (clang-format) style; `make test-oldest-jax` runs the tests on
 # the oldest jax jgsess supports. .ci/run is all of them.
 PYTHON ?= python3
@@ -12,6 +13,7 @@ OLDEST_TESTS ?= tests
 LINT_TOOLS := ruff==0.17.6 clang-format==23.1.5
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.jgsess-built
+SIMT_STAMP := $(VENV)/.jgsess-simt-built
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f)
 CSRC := $(shell find csrc -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh')
 
@@ -27,10 +29,15 @@ $(STAMP): $(PY) $(SOURCES)
 
 build: $(STAMP)
 
+# the CUDA sources compiled as C++ for the SIMT emulator: a test-only extension, never in the wheel
+$(SIMT_STAMP): $(STAMP) tests/emulator/build.py
+	$(PY) tests/emulator/build.py
+	touch $(SIMT_STAMP)
+
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-test: $(STAMP)
+test: $(STAMP) $(SIMT_STAMP)
 	$(PY) -m pytest -q $(TESTS)
 
 bench: $(STAMP)
@@ -48,4 +55,4 @@ test-oldest-jax:
 		JAX="$(OLDEST_JAX)" TESTS="$(OLDEST_TESTS)"
 
 clean:
-	rm -rf build *.egg-info jgsess/_C*.so $(OLDEST_DIR)
+	rm -rf build *.egg-info jgsess/_C*.so tests/emulator/_simt*.so $(OLDEST_DIR)

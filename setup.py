@@ -20,8 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
 
+# the GPU code the CUDA kernels carry: binaries for these compute capabilities and the PTX of the
+# last (JIT-compiled by the driver on newer GPUs); older GPUs keep XLA's code (kernels/_native.py)
 CUDA_ARCHS = ("80", "90")
 MIN_GCC, MIN_CLANG, MIN_CUDA = (12,), (15,), (12, 1)
+# where the build leaves ptxas' resource usage of the CUDA kernels
+RESOURCE_USAGE = os.path.join("build", "cuda", "resource-usage.txt")
 CXX_FLAGS = [
     "-O3",
     "-fopenmp-simd",
@@ -45,18 +49,26 @@ def find_nvcc() -> str | None:
     return next((c for c in candidates if c and os.path.exists(c)), None)
 
 
-def cudart_dir(nvcc: str) -> str:
-    """The folder holding libcudart_static.a (nvcc may be a wrapper outside the toolkit)."""
+def _toolkit_dir(nvcc: str, subs: tuple[str, ...], name: str) -> str:
+    """The toolkit folder holding `name` (nvcc may be a wrapper outside the toolkit)."""
     roots = [
         os.environ.get("CUDA_HOME", ""),
         os.path.dirname(os.path.dirname(os.path.realpath(nvcc))),
     ]
     roots.append("/usr/local/cuda")
     for root in filter(None, roots):
-        for sub in ("lib64", "lib", "targets/x86_64-linux/lib"):
-            if os.path.exists(os.path.join(root, sub, "libcudart_static.a")):
+        for sub in subs:
+            if os.path.exists(os.path.join(root, sub, name)):
                 return os.path.join(root, sub)
-    sys.exit(f"nvcc at {nvcc}, but no libcudart_static.a next to it (set CUDA_HOME)")
+    sys.exit(f"nvcc at {nvcc}, but no {name} next to it (set CUDA_HOME)")
+
+
+def cudart_dir(nvcc: str) -> str:
+    return _toolkit_dir(nvcc, ("lib64", "lib", "targets/x86_64-linux/lib"), "libcudart_static.a")
+
+
+def cuda_include_dir(nvcc: str) -> str:
+    return _toolkit_dir(nvcc, ("include", "targets/x86_64-linux/include"), "cuda_runtime_api.h")
 
 
 def march_flags() -> list[str]:
@@ -123,7 +135,10 @@ class BuildExt(build_ext):
             ext = self.extensions[0]
             ext.extra_objects += self.compile_cuda(nvcc)
             ext.define_macros.append(("JGSESS_WITH_CUDA", "1"))
+            ext.define_macros.append(("JGSESS_CUDA_SM", ",".join(CUDA_ARCHS)))
+            ext.define_macros.append(("JGSESS_CUDA_PTX", CUDA_ARCHS[-1]))
             ext.library_dirs.append(cudart_dir(nvcc))
+            ext.include_dirs.append(cuda_include_dir(nvcc))
             ext.libraries += ["cudart_static", "rt", "dl", "pthread"]
         super().build_extensions()
 
@@ -134,7 +149,7 @@ class BuildExt(build_ext):
         arch = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in CUDA_ARCHS]
         arch.append(f"-gencode=arch=compute_{CUDA_ARCHS[-1]},code=compute_{CUDA_ARCHS[-1]}")
 
-        def compile_one(source: str) -> str:
+        def compile_one(source: str) -> tuple[str, str]:
             obj = os.path.join(out_dir, os.path.basename(source) + ".o")
             cmd = [
                 nvcc,
@@ -147,21 +162,36 @@ class BuildExt(build_ext):
                 "--fmad=false",
                 "-Xcompiler",
                 "-fPIC,-fvisibility=hidden",
+                "-Xptxas",
+                "-v",
                 "-DJGSESS_WITH_CUDA=1",
                 *arch,
             ]
             cmd += ["-Icsrc", "-isystem", ffi_include()]
             print("nvcc", source, flush=True)
-            subprocess.run(cmd, check=True)
-            return obj
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                sys.exit(f"nvcc failed on {source}:\n{done.stdout}{done.stderr}")
+            return obj, done.stderr
 
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            return list(pool.map(compile_one, sources))
+            built = list(pool.map(compile_one, sources))
+        # ptxas' registers, stack frame and spills of every kernel (tests/test_cuda_build.py)
+        os.makedirs(os.path.dirname(RESOURCE_USAGE), exist_ok=True)
+        with open(RESOURCE_USAGE, "w") as f:
+            f.write("".join(report for _, report in built))
+        return [obj for obj, _ in built]
 
 
 extension = Pybind11Extension(
     "jgsess._C",
-    sorted(glob.glob("csrc/*.cc") + glob.glob("csrc/*/*.cc") + glob.glob("csrc/kernels/*/*.cc")),
+    sorted(
+        path
+        for path in glob.glob("csrc/*.cc")
+        + glob.glob("csrc/*/*.cc")
+        + glob.glob("csrc/kernels/*/*.cc")
+        if not path.startswith("csrc/emulator/")  # the test-only SIMT emulator (tests/emulator)
+    ),
     include_dirs=["csrc"],
     depends=sorted(
         glob.glob("csrc/**/*.h", recursive=True) + glob.glob("csrc/**/*.cuh", recursive=True)

@@ -205,17 +205,19 @@ class KernelVariant(JaxVariant):
 
 
 class TorchVariant:
-    """torch's fused CPU optimizer step over the same shapes and dtype (grads set once)."""
+    """torch's fused optimizer step over the same shapes and dtype (grads set once): on the CPU,
+    or on the GPU (its fused CUDA kernels) where the benchmark runs on one."""
 
     def __init__(self, optimizer, params, grads):
         import numpy as np
         import torch
 
         as_torch = {jnp.float32: torch.float32, jnp.bfloat16: torch.bfloat16}
+        self.device = "cpu" if jax.default_backend() == "cpu" else "cuda"
 
         def tensor(x):
             dtype = as_torch[jnp.dtype(x.dtype).type]
-            return torch.from_numpy(np.asarray(x, np.float32)).to(dtype)
+            return torch.from_numpy(np.asarray(x, np.float32)).to(self.device, dtype)
 
         self.params = [torch.nn.Parameter(tensor(p)) for p in params]
         for p, g in zip(self.params, grads):
@@ -224,6 +226,7 @@ class TorchVariant:
             self.opt = torch.optim.AdamW(self.params, lr=1e-3, weight_decay=1e-4, fused=True)
         else:
             self.opt = torch.optim.SGD(self.params, lr=1e-2, momentum=0.9, fused=True)
+        self.sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
         # torch's OpenMP threads can thrash on a busy machine (seen: 1.6 s with 2 threads, 8 ms
         # with 1, same step): torch gets the faster of all cores and one thread, timed here
         self.threads = min((os.cpu_count(), 1), key=lambda n: self._time(torch, n))
@@ -231,24 +234,26 @@ class TorchVariant:
 
     def _time(self, torch, threads: int) -> float:
         torch.set_num_threads(threads)
-        self.opt.step()
+        self.step()
         times = []
         for _ in range(3):
             start = time.perf_counter()
-            self.opt.step()
+            self.step()
             times.append(time.perf_counter() - start)
         return min(times)
 
     def step(self) -> None:
         self.opt.step()
+        self.sync()
 
 
 def torch_available() -> bool:
+    """torch is installed, with CUDA where the benchmark runs on a GPU."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         return False
-    return jax.default_backend() == "cpu"
+    return jax.default_backend() == "cpu" or torch.cuda.is_available()
 
 
 def make_variants(optimizer: str, dtype_name: str, params, grads) -> dict:

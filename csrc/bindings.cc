@@ -12,6 +12,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("registrations", &jgsess::Registrations,
         "target name -> {platform: PyCapsule} for jax.ffi.register_ffi_target");
   m.def("has_cuda", &jgsess::HasCuda, "whether the CUDA kernels were built in");
+  m.def("cuda_build", &jgsess::CudaBuild,
+        "the GPU code of the CUDA kernels: {'sm': [compute capabilities x10], 'ptx': the PTX's}");
+  m.def("cuda_driver_version", &jgsess::CudaDriverVersion,
+        "the CUDA driver's version (12010 is 12.1); 0 without a driver or the CUDA kernels");
   m.def(
       "simd_isa", [] { return jgsess::IsaName(jgsess::HostIsa()); },
       "the instruction set the CPU kernels' vector loops run with: avx512, avx2 or baseline");

@@ -2,6 +2,10 @@
 // header's include and one table line.
 #include "registrations.h"
 
+#if defined(JGSESS_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
 #include "async_hint.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/batch_norm/batch_norm.h"
@@ -45,6 +49,27 @@ pybind11::dict Registrations() {
   table["jgsess_relu_mask"] = Platforms(ReluMaskCpu, ReluMaskCuda);
   table["jgsess_relu_mask_grad"] = Platforms(ReluMaskGradCpu, ReluMaskGradCuda);
   return table;
+}
+
+pybind11::dict CudaBuild() {
+  pybind11::dict build;
+  pybind11::list sm;
+#if defined(JGSESS_WITH_CUDA)
+  for (int arch : {JGSESS_CUDA_SM}) sm.append(arch);
+  build["ptx"] = JGSESS_CUDA_PTX;
+#else
+  build["ptx"] = 0;
+#endif
+  build["sm"] = sm;
+  return build;
+}
+
+int CudaDriverVersion() {
+  int version = 0;
+#if defined(JGSESS_WITH_CUDA)
+  if (cudaDriverGetVersion(&version) != cudaSuccess) version = 0;
+#endif
+  return version;
 }
 
 bool HasCuda() {

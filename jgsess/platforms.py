@@ -72,6 +72,13 @@ def program_platform(pinned=None) -> str:
     return kernel_platform(pinned if pinned is not None else default_device())
 
 
+def cuda_device():
+    """The NVIDIA GPU CUDA kernels would run on: the default device, if it is one, else the
+    first CUDA device."""
+    device = default_device()
+    return device if kernel_platform(device) == "cuda" else jax.devices("cuda")[0]
+
+
 def has_devices(platform: str) -> bool:
     """Whether this process has a device of the kernel platform (to measure or probe on)."""
     try:

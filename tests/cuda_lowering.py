@@ -4,7 +4,8 @@ on 4 devices).
 
 The fake is what jax reports on an NVIDIA (or AMD) machine: a device whose platform is "gpu" and
 whose client's platform version names the runtime. Where the extension was built without nvcc,
-the fake also lists a CUDA kernel for every target (the lowering only names the custom call).
+the fake also lists a CUDA kernel for every target (the lowering only names the custom call) and
+a build for sm_80 and sm_90.
 """
 
 from __future__ import annotations
@@ -30,16 +31,21 @@ CALL = re.compile(
 )
 
 
-def fake_device(runtime: str = "cuda 13000"):
+def fake_device(runtime: str = "cuda 13000", capability: str = "9.0"):
     """A device as jax shows an NVIDIA GPU (`runtime` "rocm 60200": an AMD one)."""
     client = types.SimpleNamespace(platform="gpu", platform_version=runtime)
-    return types.SimpleNamespace(platform="gpu", id=0, device_kind="faked", client=client)
+    return types.SimpleNamespace(
+        platform="gpu", id=0, device_kind="faked", compute_capability=capability, client=client
+    )
 
 
-def fake_gpu(monkeypatch, runtime: str = "cuda 13000") -> None:
-    """Programs traced from now on default to a faked GPU with `runtime`."""
-    device = fake_device(runtime)
+def fake_gpu(monkeypatch, runtime: str = "cuda 13000", capability="9.0", driver=13000) -> None:
+    """Programs traced from now on default to a faked GPU with `runtime`, of compute
+    `capability`, under a CUDA `driver`."""
+    device = fake_device(runtime, capability)
     monkeypatch.setattr(platforms, "default_device", lambda: device)
+    monkeypatch.setattr(_native, "cuda_driver_version", lambda: driver)
+    monkeypatch.setattr(_native, "cuda_build", lambda: {"sm": [80, 90], "ptx": 90})
     built = _native.targets()
     with_cuda = {t: p | {"cuda"} for t, p in built.items() if t != spec.ASYNC_HINT_TARGET}
     monkeypatch.setattr(_native, "targets", lambda: {**built, **with_cuda})

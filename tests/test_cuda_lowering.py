@@ -12,6 +12,7 @@ import pytest
 
 import jgsess
 from jgsess import platforms
+from jgsess.kernels import _native
 from tests import cuda_lowering as cl
 
 STEPS = cl.steps()
@@ -76,6 +77,33 @@ def test_rocm_selects_no_cuda_kernel(monkeypatch, name):
     report = compiled.report(*args)
     assert report.session.platform == "rocm"
     assert all(k.impl == "xla" for k in report.session.record.kernels), report
+
+
+@pytest.mark.parametrize(
+    "capability, sm, ptx, runs",
+    [
+        ((9, 0), [80, 90], 90, True),
+        ((8, 6), [80, 90], 90, True),  # the sm_80 binary runs on later 8.x GPUs
+        ((8, 0), [90], 90, False),
+        ((10, 0), [80, 90], 90, True),  # the PTX, compiled by the driver
+        ((10, 0), [80, 90], 0, False),
+        ((7, 5), [80, 90], 90, False),  # T4
+        ((7, 0), [80, 90], 90, False),  # V100
+    ],
+)
+def test_which_gpus_run_the_built_code(capability, sm, ptx, runs):
+    assert _native.runnable(capability, sm, ptx) == runs
+
+
+@pytest.mark.parametrize(
+    "capability, driver, reason",
+    [("7.0", 13000, "this GPU is sm_70"), ("9.0", 12000, "driver 12.0 is older than 12.1")],
+)
+def test_a_gpu_the_kernels_cannot_run_on_keeps_xla_code(monkeypatch, capability, driver, reason):
+    make, _ = STEPS["adamw"]
+    cl.fake_gpu(monkeypatch, capability=capability, driver=driver)
+    with pytest.warns(RuntimeWarning, match=reason):
+        assert cl.kernel_calls(cl.lowered(*make(), "cuda")) == []
 
 
 def test_before_the_mapping_a_gpu_named_gpu_had_no_kernel(monkeypatch):

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/launch.cuh"
 #include "common/optimizer.h"
 #include "common/tensor_list.h"
 
@@ -43,10 +44,25 @@ __device__ __forceinline__ float LoadF32(const void* p, Elem type, int64_t i) {
   }
 }
 
+// f32 -> bf16 / f16 rounding to nearest even; a NaN keeps its sign and the top of its payload,
+// quieted, as the CPU kernels' conversions do (the GPU's own make every NaN 0x7fff).
+__device__ __forceinline__ __nv_bfloat16 ToBf16(float v) {
+  if (v != v) return __ushort_as_bfloat16((__float_as_uint(v) >> 16) | 0x40u);
+  return __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ __half ToF16(float v) {
+  if (v != v) {
+    const unsigned bits = __float_as_uint(v);
+    return __ushort_as_half(((bits >> 16) & 0x8000u) | 0x7e00u | ((bits >> 13) & 0x3ffu));
+  }
+  return __float2half_rn(v);
+}
+
 __device__ __forceinline__ void StoreF32(void* p, Elem type, int64_t i, float v) {
   switch (type) {
-    case Elem::kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
-    case Elem::kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    case Elem::kBF16: static_cast<__nv_bfloat16*>(p)[i] = ToBf16(v); break;
+    case Elem::kF16: static_cast<__half*>(p)[i] = ToF16(v); break;
     default: static_cast<float*>(p)[i] = v;
   }
 }

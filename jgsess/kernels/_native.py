@@ -49,4 +49,52 @@ def targets() -> dict[str, frozenset[str]]:
     return found
 
 
+# The CUDA kernels' tensor tables travel by value, up to 32 KB of kernel arguments: driver 12.1+.
+MIN_CUDA_DRIVER = 12010
+
+
+def runnable(capability: tuple[int, int], sm: list[int], ptx: int) -> bool:
+    """Whether a GPU of `capability` (major, minor) runs code built as binaries for the compute
+    capabilities `sm` (x10: 80, 90) and PTX for `ptx`: a binary runs on its major version from
+    its minor on; the PTX, compiled by the driver, on its capability and later ones."""
+    cc = 10 * capability[0] + capability[1]
+    return any(a // 10 == cc // 10 and a <= cc for a in sm) or (ptx > 0 and ptx <= cc)
+
+
+def cuda_driver_version() -> int:
+    module = _module()
+    return module.cuda_driver_version() if module is not None else 0
+
+
+def cuda_build() -> dict:
+    """The GPU code the CUDA kernels carry: {"sm": [80, 90], "ptx": 90} (empty without them)."""
+    module = _module()
+    return module.cuda_build() if module is not None else {"sm": [], "ptx": 0}
+
+
+@functools.cache
+def _cuda_usable(capability: str, driver: int) -> tuple[bool, str]:
+    build = cuda_build()
+    carried = ", ".join(f"sm_{a}" for a in build["sm"]) + f" (+PTX compute_{build['ptx']})"
+    if driver < MIN_CUDA_DRIVER:
+        reason = f"driver {driver // 1000}.{driver % 1000 // 10} is older than 12.1"
+    elif not runnable(tuple(int(p) for p in capability.split(".")), build["sm"], build["ptx"]):
+        reason = f"this GPU is sm_{capability.replace('.', '')}; the kernels carry {carried}"
+    else:
+        return True, ""
+    warnings.warn(
+        f"jgsess: the CUDA kernels cannot run here ({reason}); fused nodes on the GPU run "
+        "XLA's code. Rebuild jgsess with a newer CUDA toolkit or driver.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False, reason
+
+
+def cuda_usable(device) -> tuple[bool, str]:
+    """Whether jgsess's CUDA kernels run on `device` (an NVIDIA GPU): the driver is new enough
+    and the build carries code for its compute capability; if not, why (warned once)."""
+    return _cuda_usable(str(getattr(device, "compute_capability", "0.0")), cuda_driver_version())
+
+
 targets()  # register every FFI target at import

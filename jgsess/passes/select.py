@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import _compat, _config, autotune
+from .. import _compat, _config, autotune, platforms
 from ..ir.graph import Graph, Node
+from ..kernels import _native
 from .manager import Context, Pass
 
 
@@ -35,6 +36,8 @@ def available(spec, platform: str) -> tuple[bool, str]:
         return False, "JGSESS_KERNELS turns it off"
     if platform not in spec.platforms():
         return False, f"no compiled {platform} kernel"
+    if platform == "cuda":
+        return _native.cuda_usable(platforms.cuda_device())
     return True, ""
 
 

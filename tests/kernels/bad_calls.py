@@ -3,7 +3,8 @@
 Each kernel's test module (tests/kernels/test_<name>.py) lists its calls in `malformed_calls()`,
 built with the helpers here.
 
-`python -m tests.kernels.bad_calls` prints one line per call: `ok <case>` where the call ran,
+`python -m tests.kernels.bad_calls` prints one line per call (with JGSESS_TEST_KERNELS=simt,
+of the CUDA handlers under the SIMT emulator, tests/emulator/): `ok <case>` where the call ran,
 `error <case>: <message>` where it raised. A handler that wrote out of bounds would crash the
 process instead (tests/kernels/test_operand_checks.py runs this in a subprocess). Sizes are
 large enough (1M elements) that an unchecked write past a small result lands outside its heap
@@ -13,6 +14,7 @@ block.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 
 import jax
@@ -22,6 +24,9 @@ import numpy as np
 import tests.kernels
 from jgsess import platforms
 from jgsess.kernels import _native
+from tests.emulator import simt
+
+EMULATED = os.environ.get("JGSESS_TEST_KERNELS") == "simt"
 
 N = 1 << 20
 F32, BF16, F16, I32, U8, U32 = (
@@ -43,7 +48,9 @@ def spec(shape, dtype):
 
 
 def call(target, operands, results, **attrs):
-    """A thunk running target(*operands) -> results."""
+    """A thunk running target(*operands) -> results (its emulated CUDA handler, EMULATED)."""
+    if EMULATED:
+        target = simt.target(target.removeprefix("jgsess_"))
     fn = jax.ffi.ffi_call(target, results, has_side_effect=True)  # runs even with no results
     attrs = {k: np.int64(v) for k, v in attrs.items()}
     return lambda: jax.block_until_ready(fn(*operands, **attrs))
@@ -120,6 +127,8 @@ def cases() -> dict[str, tuple[dict, dict]]:
 def main() -> None:
     platform = platforms.program_platform()
     registered = {t for t, platforms in _native.targets().items() if platform in platforms}
+    if EMULATED:
+        registered = {f"jgsess_{name}" for name in simt.kernels()}
     table = cases()
     missing = registered - set(table)
     print(f"targets {sorted(registered)}", flush=True)

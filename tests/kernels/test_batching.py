@@ -8,10 +8,14 @@ import optax
 import pytest
 
 import jgsess
+from jgsess.kernels import adamw, momentum
 from tests.helpers import assert_trees_close
 from tests.optax_steps import tree, update_step
 
+pytestmark = pytest.mark.usefixtures("kernels")
+
 ENSEMBLE = 3
+SPECS = {"adamw": adamw.SPEC, "momentum": momentum.SPEC}
 
 
 def ensemble(seed, scale=1.0):
@@ -34,7 +38,7 @@ def test_vmap_of_a_jgsess_step_runs_the_kernel(kernel):
     grads = ensemble(1, 0.1)
     batched = jax.jit(jax.vmap(jgsess.jit(step)))
     text = batched.lower(params, state, grads).as_text()
-    assert text.count(f"jgsess_{kernel}") == 1  # one call, every member and leaf in it
+    assert text.count(SPECS[kernel].target) == 1  # one call, every member and leaf in it
     expected = jax.jit(jax.vmap(step))(params, state, grads)
     assert_trees_close(batched(params, state, grads), expected, rtol=2e-6, atol=1e-7)
 
@@ -47,7 +51,7 @@ def test_unbatched_state_is_broadcast_into_the_kernel():
     state = jax.tree.map(lambda x: x + 0.5, state)
     grads = ensemble(1, 0.1)  # one gradient per member, one shared starting point
     batched = jax.vmap(jgsess.jit(step), in_axes=(None, None, 0))
-    assert "jgsess_momentum" in jax.jit(batched).lower(params, state, grads).as_text()
+    assert momentum.SPEC.target in jax.jit(batched).lower(params, state, grads).as_text()
     expected = jax.vmap(step, in_axes=(None, None, 0))(params, state, grads)
     assert_trees_close(batched(params, state, grads), expected, rtol=2e-6, atol=1e-7)
 
@@ -62,7 +66,7 @@ def test_a_learning_rate_per_member_runs_in_the_kernel():
     grads = ensemble(1, 0.1)
     lrs = jnp.array([0.1, 0.01, 0.001])
     batched = jax.jit(jax.vmap(jgsess.jit(step)))
-    assert batched.lower(params, state, grads, lrs).as_text().count("jgsess_momentum") == 1
+    assert batched.lower(params, state, grads, lrs).as_text().count(momentum.SPEC.target) == 1
     expected = jax.jit(jax.vmap(step))(params, state, grads, lrs)
     assert_trees_close(batched(params, state, grads, lrs), expected, rtol=2e-6, atol=1e-7)
 
@@ -78,7 +82,7 @@ def test_nested_vmap_gives_each_member_its_own_hyper_parameters():
         lambda x: counts if x.dtype == jnp.int32 and x.shape == counts.shape else x, state
     )
     batched = jax.jit(jax.vmap(jax.vmap(jgsess.jit(step))))
-    assert "jgsess_adamw" in batched.lower(params, state, grads).as_text()
+    assert adamw.SPEC.target in batched.lower(params, state, grads).as_text()
     expected = jax.jit(jax.vmap(jax.vmap(step)))(params, state, grads)
     assert_trees_close(batched(params, state, grads), expected, rtol=2e-6, atol=1e-7)
 
@@ -93,7 +97,7 @@ def test_a_learning_rate_per_element_is_not_an_optimizer_step_under_vmap_either(
     params, accs, grads = ensemble(0), ensemble(1), ensemble(2, 0.1)
     lrs = jax.tree.map(jnp.abs, ensemble(3, 0.01))
     batched = jax.jit(jax.vmap(jgsess.jit(step)))
-    assert "jgsess_momentum" not in batched.lower(params, accs, grads, lrs).as_text()
+    assert momentum.SPEC.target not in batched.lower(params, accs, grads, lrs).as_text()
     expected = jax.jit(jax.vmap(step))(params, accs, grads, lrs)
     assert_trees_close(batched(params, accs, grads, lrs), expected)
 

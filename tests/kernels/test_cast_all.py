@@ -2,26 +2,31 @@
 
 import itertools
 
-import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jgsess.kernels import cast_all
 from tests.kernels.bad_calls import multi_tensor
-from tests.kernels.common import SIZES, check
+from tests.kernels.common import SIZES, assert_custom_call, check, kernel_fn
+
+pytestmark = pytest.mark.usefixtures("kernels")
 
 PAIRS = [(a, b) for a, b in itertools.product(cast_all.FLOATS, repeat=2) if a != b]
 
 
 def operands(seed, sources):
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(sources))
-    # values spread over many binades, with ties for rounding and non-finite ones
-    special = jnp.array([jnp.nan, jnp.inf, -jnp.inf, 0.0, -0.0, 1 + 2**-8, 65504.0, 1e-8])
+    """Values spread over many binades, with ties for rounding and non-finite ones (numpy's
+    samples: jax.random compiles once per shape)."""
+    rng = np.random.default_rng(seed)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1 + 2**-8, 65504.0, 1e-8], np.float32)
     out = []
-    for k, (shape, dtype) in zip(keys, sources):
-        x = jax.random.normal(k, shape) * jnp.exp(jax.random.normal(k, shape) * 4)
-        x = x.reshape(-1).at[: special.size].set(special[: x.size]).reshape(shape)
-        out.append(x.astype(dtype))
+    for shape, dtype in sources:
+        x = rng.standard_normal(shape, np.float32) * np.exp(rng.standard_normal(shape) * 4)
+        x = x.astype(np.float32).reshape(-1)
+        x[: special.size] = special[: x.size]
+        with np.errstate(over="ignore"):  # f32 beyond f16's range: inf, as XLA's convert
+            out.append(jnp.asarray(x.reshape(shape).astype(dtype)))
     return out
 
 
@@ -37,8 +42,7 @@ def test_many_tensors_of_mixed_pairs_in_one_call():
     check(cast_all.SPEC, operands(1, sources), rtol=0, atol=0, dtypes=dtypes)
 
 
-@pytest.mark.gpu
-def test_cuda_kernel_matches_reference():
+def test_cuda_kernel_matches_reference(cuda_device):
     sources = [((70_001 + i,), PAIRS[i % len(PAIRS)][0]) for i in range(300)]
     dtypes = tuple(PAIRS[i % len(PAIRS)][1] for i in range(300))
     check(
@@ -46,9 +50,21 @@ def test_cuda_kernel_matches_reference():
         operands(2, sources),
         rtol=0,
         atol=0,
-        device=jax.devices("gpu")[0],
+        device=cuda_device,
         dtypes=dtypes,
     )
+
+
+def test_a_nan_keeps_its_sign_and_payload():
+    """A NaN rounded to bf16 / f16 keeps its sign and the top of its payload, quieted, on every
+    kernel (the GPU's own conversions would make every NaN 0x7fff)."""
+    nans = np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0xFFFFFFFF, 0x7FA00000], np.uint32)
+    x = jnp.asarray(nans.view(np.float32))
+    fn = kernel_fn(cast_all.SPEC, dtypes=("bfloat16", "float16"))
+    assert_custom_call(cast_all.SPEC, fn, x, x)
+    bf16, f16 = (np.asarray(r).view(np.uint16) for r in fn(x, x))
+    np.testing.assert_array_equal(bf16, (nans >> 16) | 0x40)
+    np.testing.assert_array_equal(f16, ((nans >> 16) & 0x8000) | 0x7E00 | ((nans >> 13) & 0x3FF))
 
 
 def malformed_calls():

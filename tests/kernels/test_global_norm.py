@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 
 from jgsess.kernels import global_norm
+from tests.emulator import simt
 from tests.helpers import assert_trees_close
 from tests.kernels.bad_calls import BF16, F16, F32, I32, U8, N, array, call, spec
 from tests.kernels.common import SIZES, assert_custom_call
+
+pytestmark = pytest.mark.usefixtures("kernels")
 
 
 def tensors(shapes, seed=0, dtype=jnp.float32):
@@ -59,11 +62,21 @@ def test_no_tensors_and_the_workspace_size():
     assert float(norm) == 0.0
 
 
-@pytest.mark.gpu
-def test_cuda_kernel_matches_reference():
+def test_cuda_kernel_matches_reference(cuda_device):
     xs = tensors(SIZES + [(1 << 22,)] + [(129,)] * 300, seed=4)
-    norm, *_ = kernel_norm(xs, device=jax.devices("gpu")[0])
+    norm, *_ = kernel_norm(xs, device=cuda_device)
     assert_trees_close(norm, global_norm.reference(*xs)[0], rtol=5e-6, atol=0)
+
+
+def test_the_cuda_finish_adds_the_partials_in_parallel_and_in_a_fixed_order(kernels):
+    if kernels != "simt":
+        pytest.skip("the CUDA handler's launches, emulated")
+    xs = tensors([(5,), (200_000,), (3,)] + [(70_001,)] * 40)
+    simt.module().launches()
+    norms = [kernel_norm(xs)[0] for _ in range(3)]  # each run in another thread order
+    kernel, _, block = simt.module().launches()[-1]
+    assert kernel == "Finish" and block[0] >= 256, (kernel, block)
+    assert len({np.asarray(n).tobytes() for n in norms}) == 1
 
 
 def malformed_calls():

@@ -8,9 +8,11 @@ from jgsess.kernels import momentum
 from tests.kernels.bad_calls import multi_tensor
 from tests.kernels.common import SIZES, check
 
+pytestmark = pytest.mark.usefixtures("kernels")
+
 
 def operands(sizes, seed=0, p_dtype=jnp.float32, g_dtype=jnp.float32, acc_dtype=jnp.float32):
-    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 64))
+    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 3 * len(sizes)))
     scalars = [jnp.float32(s) for s in (0.05, 0.9, 1e-3, 1 / 512)]
     tensors = []
     for shape in sizes:
@@ -68,13 +70,12 @@ def test_inplace_pairs():
     assert momentum.SPEC.inplace({}, 4 + 6) == {4: 0, 6: 1, 7: 2, 9: 3}
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("flags", [0, momentum.NESTEROV | momentum.WEIGHT_DECAY, 15])
-def test_cuda_kernel_matches_reference(flags):
+def test_cuda_kernel_matches_reference(flags, cuda_device):
     sizes = SIZES + [(1 << 20,)] + [(33,)] * 200
     for acc_dtype in (jnp.float32, jnp.bfloat16):
         ops = operands(sizes, flags, jnp.bfloat16, jnp.float16, acc_dtype)
-        check(momentum.SPEC, ops, rtol=2e-6, device=jax.devices("gpu")[0], flags=flags)
+        check(momentum.SPEC, ops, rtol=2e-6, device=cuda_device, flags=flags)
 
 
 def malformed_calls():

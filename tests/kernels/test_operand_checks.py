@@ -14,6 +14,7 @@ import pytest
 import jgsess.kernels
 from jgsess.kernels import _native
 from jgsess.kernels.spec import ASYNC_HINT_TARGET, KernelSpec
+from tests.emulator import simt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -38,8 +39,10 @@ def test_every_target_has_a_spec_and_every_spec_a_registration():
         assert ("cuda" in platforms) == (_C.has_cuda() and target != ASYNC_HINT_TARGET), target
 
 
-def run_bad_calls(platform: str) -> list[str]:
-    env = dict(os.environ, JAX_PLATFORMS=platform)
+def run_bad_calls(platform: str, kernels: str = "native") -> list[str]:
+    """The lines `python -m tests.kernels.bad_calls` prints on `platform`, calling the native
+    handlers or ("simt") the CUDA handlers under the SIMT emulator."""
+    env = dict(os.environ, JAX_PLATFORMS=platform, JGSESS_TEST_KERNELS=kernels)
     proc = subprocess.run(
         [sys.executable, "-m", "tests.kernels.bad_calls"],
         cwd=ROOT,
@@ -52,11 +55,14 @@ def run_bad_calls(platform: str) -> list[str]:
     return proc.stdout.splitlines()
 
 
-def check_lines(lines: list[str]) -> None:
+def check_lines(lines: list[str], targets=None) -> None:
+    """Every well-formed call of `targets` (default: all) ran, every malformed one raised."""
     from tests.kernels import bad_calls
 
     assert not any(line.startswith("untested") for line in lines), lines
     for target, (good, bad) in bad_calls.cases().items():
+        if targets is not None and target not in targets:
+            continue
         for name in good:
             assert f"ok {target}: {name}" in lines, (target, name, lines)
         for name in bad:
@@ -73,6 +79,12 @@ def check_lines(lines: list[str]) -> None:
 
 def test_malformed_calls_are_errors_not_crashes():
     check_lines(run_bad_calls("cpu"))
+
+
+def test_malformed_calls_of_the_cuda_handlers_are_errors_under_the_emulator():
+    emulated = {f"jgsess_{name}" for name in simt.kernels()}
+    assert emulated == set(_native.targets()) - {ASYNC_HINT_TARGET}  # every CUDA handler
+    check_lines(run_bad_calls("cpu", "simt"), emulated)
 
 
 @pytest.mark.gpu

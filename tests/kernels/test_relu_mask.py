@@ -9,6 +9,8 @@ from jgsess.kernels import relu_mask
 from tests.kernels.bad_calls import BF16, F16, F32, I32, U32, N, array, call, spec
 from tests.kernels.common import SIZES, check
 
+pytestmark = pytest.mark.usefixtures("kernels")
+
 
 def values(shape, seed, dtype=jnp.float32):
     x = jax.random.normal(jax.random.PRNGKey(seed), shape)
@@ -41,15 +43,12 @@ def test_pack_layout_and_round_trip():
     np.testing.assert_array_equal(relu_mask.unpack(words, (70,)), bits)
 
 
-@pytest.mark.gpu
-def test_cuda_kernels_match_references():
-    gpu = jax.devices("gpu")[0]
+def test_cuda_kernels_match_references(cuda_device):
     for i, shape in enumerate(SIZES + [(1 << 20, 3)]):
-        check(
-            relu_mask.FORWARD, [values(shape, i), values(shape, i + 1)], rtol=0, atol=0, device=gpu
-        )
+        xs = [values(shape, i), values(shape, i + 1)]
+        check(relu_mask.FORWARD, xs, rtol=0, atol=0, device=cuda_device)
         mask = relu_mask.pack(values(shape, i) > 0)
-        check(relu_mask.BACKWARD, [mask, values(shape, 20 + i)], rtol=0, atol=0, device=gpu)
+        check(relu_mask.BACKWARD, [mask, values(shape, 20 + i)], rtol=0, atol=0, device=cuda_device)
 
 
 def malformed_calls():

@@ -26,8 +26,11 @@ __device__ void AdamwChunk(const AdamwTable& table, const AdamwHyper& h, const A
   }
 }
 
+// The table (up to ~9 KB) stays in the kernel's parameter space: read in place, never copied
+// into each thread's local memory (tests/test_cuda_build.py reads ptxas' resource usage).
 template <int64_t kFlags>
-__global__ void AdamwKernel(AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
+__global__ void __launch_bounds__(kCudaBlock)
+    AdamwKernel(const __grid_constant__ AdamwTable table, HyperPtrs<AdamwHyper> hyper) {
   const AdamwHyper h = LoadHyper(hyper);
   const AdamwReciprocals r = Reciprocals(h);
   const int t = table.block_tensor[blockIdx.x];
@@ -55,7 +58,7 @@ ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flag
     return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {
       if (err == cudaSuccess) {
         err = MultiTensorApply<4, 3, 96, 320>(part, [&](const AdamwTable& table, int blocks) {
-          AdamwKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, member);
+          JGSESS_LAUNCH(AdamwKernel<kFlags>, blocks, kCudaBlock, 0, stream)(table, member);
         });
       }
       return ffi::Error::Success();

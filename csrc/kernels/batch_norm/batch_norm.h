@@ -109,15 +109,24 @@ inline ffi::ErrorOr<BnShape> BnBackwardShape(const Buffer& dy, const Buffer& x,
   return s;
 }
 
-// The kernel's workspace: `BnWorkspaceBytes(s)` at `offset` in the arena.
+// The kernel's workspace: `BnWorkspaceBytes(s)` at `offset` in the arena, 8-byte aligned (its
+// partial sums are f64; the planner aligns every workspace to 64 bytes).
 inline ffi::ErrorOr<char*> BnWorkspace(Buffer& arena, int64_t offset, const BnShape& s) {
   if (offset < 0 || offset + BnWorkspaceBytes(s) > static_cast<int64_t>(arena.size_bytes())) {
     return Invalid("batch_norm", "the workspace does not fit the arena");
   }
+  if (offset % 8 != 0) return Invalid("batch_norm", "the workspace offset is not 8-byte aligned");
   return static_cast<char*>(arena.untyped_data()) + offset;
 }
 
 JGSESS_HOST_DEVICE float BnInvStd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
+
+// The variance from the mean square and mean of the shifted values, clipped at 0 as flax does;
+// NaN for an empty batch (0 / 0, as the reference's mean).
+JGSESS_HOST_DEVICE float BnVariance(double mean_square, double mean) {
+  const double v = mean_square - mean * mean;
+  return static_cast<float>(v != v ? v : (v > 0.0 ? v : 0.0));
+}
 
 // Per-channel coefficients of the backward's second pass: dx = a * (g - b - (x - mean) * c).
 struct BnGradCoef {

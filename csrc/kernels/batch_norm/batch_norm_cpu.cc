@@ -120,10 +120,13 @@ ffi::Error ForwardImpl(ffi::ThreadPool& pool, Buffer& arena, Buffer& x, F32Buffe
   double* const work = reinterpret_cast<double*>(*base);
   const Tasks tasks(s);
   const void* xd = x.untyped_data();
-  // pass 1: shifted sums (the shift, each channel's first element, keeps them stable)
+  // pass 1: shifted sums (the shift, each channel's first element, keeps them stable; an empty
+  // batch has none, and its statistics are 0 / 0)
   std::vector<float> shift(C), scratch;
-  const float* first = Row(xt, xd, 0, row, scratch);
-  for (int64_t c = 0; c < C; ++c) shift[c] = first[c * inner];
+  if (s.count() > 0) {
+    const float* first = Row(xt, xd, 0, row, scratch);
+    for (int64_t c = 0; c < C; ++c) shift[c] = first[c * inner];
+  }
   ParallelFor(pool, tasks.count, [&](int64_t t) {
     thread_local std::vector<float> xs;
     double* sum = work + t * 2 * C;
@@ -142,7 +145,7 @@ ffi::Error ForwardImpl(ffi::ThreadPool& pool, Buffer& arena, Buffer& x, F32Buffe
   for (int64_t c = 0; c < C; ++c) {
     const double m = static_cast<double>(s.count()), d = total[c] / m;
     mu[c] = static_cast<float>(shift[c] + d);
-    var.typed_data()[c] = static_cast<float>(std::max(0.0, total[C + c] / m - d * d));
+    var.typed_data()[c] = BnVariance(total[C + c] / m, d);
     a[c] = BnInvStd(var.typed_data()[c], eps) * scale.typed_data()[c];
   }
   const float* beta = bias.typed_data();

@@ -17,8 +17,8 @@ constexpr int kLanes = 8;      // channels-last: 32 channels x 8 rows per block
 
 __device__ __forceinline__ float RoundTo(Elem type, float v) {
   switch (type) {
-    case Elem::kBF16: return __bfloat162float(__float2bfloat16_rn(v));
-    case Elem::kF16: return __half2float(__float2half_rn(v));
+    case Elem::kBF16: return __bfloat162float(ToBf16(v));
+    case Elem::kF16: return __half2float(ToF16(v));
     default: return v;
   }
 }
@@ -58,7 +58,8 @@ __device__ __forceinline__ float Center(const SumOperands& op, int64_t c, int64_
 }
 
 // Channels-last: block (32 channels, kLanes rows); grid (channel tiles, splits).
-__global__ void SumsLast(SumOperands op, BnShape s, int64_t splits, double* partial) {
+__global__ void __launch_bounds__(32 * kLanes)
+    SumsLast(SumOperands op, BnShape s, int64_t splits, double* partial) {
   __shared__ double sp[kLanes][32], sq[kLanes][32];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   const int64_t per = (s.outer + splits - 1) / splits;
@@ -83,7 +84,8 @@ __global__ void SumsLast(SumOperands op, BnShape s, int64_t splits, double* part
 }
 
 // Channels-first (inner > 1): block per (channel, split), threads along the contiguous run.
-__global__ void SumsFirst(SumOperands op, BnShape s, int64_t splits, double* partial) {
+__global__ void __launch_bounds__(kThreads)
+    SumsFirst(SumOperands op, BnShape s, int64_t splits, double* partial) {
   __shared__ double sp[kThreads / 32], sq[kThreads / 32];
   const int64_t c = blockIdx.x, m = s.count();
   const int64_t per = (m + splits - 1) / splits;
@@ -116,10 +118,10 @@ void LaunchSums(cudaStream_t stream, const SumOperands& op, const BnShape& s, do
   const int64_t splits = BnSplits(s);
   if (s.inner == 1) {
     const dim3 grid((s.channels + 31) / 32, splits), block(32, kLanes);
-    SumsLast<<<grid, block, 0, stream>>>(op, s, splits, partial);
+    JGSESS_LAUNCH(SumsLast, grid, block, 0, stream)(op, s, splits, partial);
   } else {
     const dim3 grid(s.channels, splits);
-    SumsFirst<<<grid, kThreads, 0, stream>>>(op, s, splits, partial);
+    JGSESS_LAUNCH(SumsFirst, grid, kThreads, 0, stream)(op, s, splits, partial);
   }
 }
 
@@ -134,24 +136,25 @@ __device__ double2 ChannelSums(const double* partial, const BnShape& s, int64_t 
 }
 
 // coef[4 * c]: forward a = rsqrt(var + eps) * scale; backward (a, b, c) of dx's formula.
-__global__ void FinishForward(const double* partial, const void* x, Elem x_type, BnShape s,
-                              int64_t splits, const float* scale, float eps, float* mean,
-                              float* var, float* coef) {
+__global__ void __launch_bounds__(kThreads)
+    FinishForward(const double* partial, const void* x, Elem x_type, BnShape s, int64_t splits,
+                  const float* scale, float eps, float* mean, float* var, float* coef) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= s.channels) return;
-  const auto [a, b] = ChannelSums(partial, s, splits, c);
+  const bool empty = s.count() == 0;  // no sums, no shift: statistics 0 / 0
+  const auto [a, b] = empty ? double2{0.0, 0.0} : ChannelSums(partial, s, splits, c);
   const double m = static_cast<double>(s.count()), d = a / m;
-  mean[c] = static_cast<float>(LoadF32(x, x_type, c * s.inner) + d);
-  var[c] = static_cast<float>(fmax(0.0, b / m - d * d));
+  mean[c] = static_cast<float>((empty ? 0.0f : LoadF32(x, x_type, c * s.inner)) + d);
+  var[c] = BnVariance(b / m, d);
   coef[4 * c] = BnInvStd(var[c], eps) * scale[c];
 }
 
-__global__ void FinishBackward(const double* partial, BnShape s, int64_t splits, const float* scale,
-                               const float* var, float eps, float* dscale, float* dbias,
-                               float* coef) {
+__global__ void __launch_bounds__(kThreads)
+    FinishBackward(const double* partial, BnShape s, int64_t splits, const float* scale,
+                   const float* var, float eps, float* dscale, float* dbias, float* coef) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= s.channels) return;
-  const auto [a, b] = ChannelSums(partial, s, splits, c);
+  const auto [a, b] = s.count() == 0 ? double2{0.0, 0.0} : ChannelSums(partial, s, splits, c);
   dbias[c] = static_cast<float>(a);
   dscale[c] = BnInvStd(var[c], eps) * static_cast<float>(b);
   const BnGradCoef k = BnGradCoefOf(scale[c], var[c], eps, a, b, s.count());
@@ -160,9 +163,9 @@ __global__ void FinishBackward(const double* partial, BnShape s, int64_t splits,
   coef[4 * c + 2] = k.c;
 }
 
-__global__ void Normalize(const void* x, Elem x_type, const void* z, BnShape s, const float* mean,
-                          const float* coef, const float* bias, void* y, Elem y_type,
-                          uint32_t* mask) {
+__global__ void __launch_bounds__(kThreads)
+    Normalize(const void* x, Elem x_type, const void* z, BnShape s, const float* mean,
+              const float* coef, const float* bias, void* y, Elem y_type, uint32_t* mask) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t n = s.size();
   float v = 0.0f;
@@ -176,9 +179,9 @@ __global__ void Normalize(const void* x, Elem x_type, const void* z, BnShape s, 
   if (threadIdx.x % 32 == 0 && i < n) mask[i / 32] = bits;
 }
 
-__global__ void InputGrad(const void* dy, Elem dy_type, const void* x, Elem x_type,
-                          const uint32_t* mask, BnShape s, const float* mean, const float* coef,
-                          void* dx) {
+__global__ void __launch_bounds__(kThreads)
+    InputGrad(const void* dy, Elem dy_type, const void* x, Elem x_type, const uint32_t* mask,
+              BnShape s, const float* mean, const float* coef, void* dx) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= s.size()) return;
   const int64_t c = (i / s.inner) % s.channels;
@@ -214,16 +217,18 @@ ffi::Error Forward(cudaStream_t stream, Buffer& arena, Buffer& x, F32Buffer& sca
   auto work = WorkOf(BnForwardShape(x, scale, bias, z, axis, y, mean, var, mask), arena, offset);
   if (work.has_error()) return work.error();
   const BnShape s = work->s;
-  if (s.size() == 0) return ffi::Error::Success();
+  if (s.channels == 0) return ffi::Error::Success();
   const Elem xt = ElemOf(x.element_type()), yt = ElemOf(y.element_type());
   const SumOperands op{x.untyped_data(), xt, nullptr, nullptr, xt, nullptr, nullptr};
-  LaunchSums(stream, op, s, work->partial);
-  FinishForward<<<Blocks(s.channels, kThreads), kThreads, 0, stream>>>(
+  if (s.size() > 0) LaunchSums(stream, op, s, work->partial);
+  JGSESS_LAUNCH(FinishForward, Blocks(s.channels, kThreads), kThreads, 0, stream)(
       work->partial, x.untyped_data(), xt, s, BnSplits(s), scale.typed_data(), eps,
       mean.typed_data(), var.typed_data(), work->coef);
-  Normalize<<<Blocks(s.size(), kThreads), kThreads, 0, stream>>>(
-      x.untyped_data(), xt, z != nullptr ? z->untyped_data() : nullptr, s, mean.typed_data(),
-      work->coef, bias.typed_data(), y.untyped_data(), yt, mask.typed_data());
+  if (s.size() > 0) {
+    JGSESS_LAUNCH(Normalize, Blocks(s.size(), kThreads), kThreads, 0, stream)(
+        x.untyped_data(), xt, z != nullptr ? z->untyped_data() : nullptr, s, mean.typed_data(),
+        work->coef, bias.typed_data(), y.untyped_data(), yt, mask.typed_data());
+  }
   return CudaStatus("batch_norm_relu");
 }
 
@@ -234,7 +239,7 @@ ffi::Error Backward(cudaStream_t stream, Buffer& arena, Buffer& dy, Buffer& x, F
                      arena, offset);
   if (work.has_error()) return work.error();
   const BnShape s = work->s;
-  if (s.size() == 0) return ffi::Error::Success();
+  if (s.channels == 0) return ffi::Error::Success();
   const Elem xt = ElemOf(x.element_type()), gt = ElemOf(dy.element_type());
   const SumOperands op{x.untyped_data(),
                        xt,
@@ -243,13 +248,15 @@ ffi::Error Backward(cudaStream_t stream, Buffer& arena, Buffer& dy, Buffer& x, F
                        gt,
                        mask.typed_data(),
                        dz != nullptr ? dz->untyped_data() : nullptr};
-  LaunchSums(stream, op, s, work->partial);
-  FinishBackward<<<Blocks(s.channels, kThreads), kThreads, 0, stream>>>(
+  if (s.size() > 0) LaunchSums(stream, op, s, work->partial);
+  JGSESS_LAUNCH(FinishBackward, Blocks(s.channels, kThreads), kThreads, 0, stream)(
       work->partial, s, BnSplits(s), scale.typed_data(), var.typed_data(), eps, dscale.typed_data(),
       dbias.typed_data(), work->coef);
-  InputGrad<<<Blocks(s.size(), kThreads), kThreads, 0, stream>>>(
-      dy.untyped_data(), gt, x.untyped_data(), xt, mask.typed_data(), s, mean.typed_data(),
-      work->coef, dx.untyped_data());
+  if (s.size() > 0) {
+    JGSESS_LAUNCH(InputGrad, Blocks(s.size(), kThreads), kThreads, 0, stream)(
+        dy.untyped_data(), gt, x.untyped_data(), xt, mask.typed_data(), s, mean.typed_data(),
+        work->coef, dx.untyped_data());
+  }
   return CudaStatus("batch_norm_relu_grad");
 }
 

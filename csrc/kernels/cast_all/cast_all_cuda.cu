@@ -8,7 +8,8 @@ namespace {
 
 using CastTable = TensorTable<2, 256, 320>;  // x, y
 
-__global__ void CastAllKernel(CastTable table) {
+__global__ void __launch_bounds__(kCudaBlock)
+    CastAllKernel(const __grid_constant__ CastTable table) {
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
@@ -21,7 +22,7 @@ ffi::Error CastAllCudaImpl(cudaStream_t stream, Args args, Rets rets) {
   auto tensors = ParseTensors<1, 1>("cast_all", args, 0, &rets);
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = MultiTensorApply<1, 1, 256, 320>(*tensors, [&](const CastTable& t, int blocks) {
-    CastAllKernel<<<blocks, kCudaBlock, 0, stream>>>(t);
+    JGSESS_LAUNCH(CastAllKernel, blocks, kCudaBlock, 0, stream)(t);
   });
   return CudaStatus("cast_all", err);
 }

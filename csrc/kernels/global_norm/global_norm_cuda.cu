@@ -1,6 +1,8 @@
 // Global norm on CUDA: one block per chunk writes its partial sum (and whether it starts a
 // tensor) into the workspace, launched by the shared multi-tensor launcher; one more block adds
-// them up in order. No host synchronization.
+// them up: each thread the tensors starting in its share of the chunks (a tensor's partials in
+// chunk order, the tensors in order), then the threads' sums in a fixed tree. No host
+// synchronization; the result does not depend on scheduling.
 #include "common/ffi.h"
 #include "common/multi_tensor_cuda.cuh"
 #include "kernels/global_norm/global_norm.h"
@@ -14,7 +16,9 @@ using NormTable = TensorTable<1, 256, 320>;  // x
 
 // workspace: partial[items], then starts[items] (1.0 where a chunk is its tensor's first);
 // `base` is the number of chunks earlier launches covered
-__global__ void PartialSums(NormTable table, float* partial, float* starts, int64_t base) {
+__global__ void __launch_bounds__(kCudaBlock)
+    PartialSums(const __grid_constant__ NormTable table, float* partial, float* starts,
+                int64_t base) {
   __shared__ float warp_sums[kCudaBlock / 32];
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kNormChunk;
@@ -35,16 +39,27 @@ __global__ void PartialSums(NormTable table, float* partial, float* starts, int6
   }
 }
 
-__global__ void Finish(const float* partial, const float* starts, int64_t items, float* norm) {
-  float total = 0.0f, sum = 0.0f;
-  for (int64_t i = 0; i < items; ++i) {
-    if (starts[i] != 0.0f && i > 0) {
-      total = total + sum;
-      sum = 0.0f;
-    }
-    sum = sum + partial[i];
+constexpr int kFinishThreads = 256;
+
+__global__ void __launch_bounds__(kFinishThreads)
+    Finish(const float* partial, const float* starts, int64_t items, float* norm) {
+  __shared__ float sums[kFinishThreads];
+  const int64_t per = (items + kFinishThreads - 1) / kFinishThreads;
+  const int64_t first = threadIdx.x * per, last = min(items, first + per);
+  float total = 0.0f;
+  for (int64_t i = first; i < last; ++i) {
+    if (i > 0 && starts[i] == 0.0f) continue;  // its tensor started in an earlier share
+    float sum = partial[i];
+    for (int64_t j = i + 1; j < items && starts[j] == 0.0f; ++j) sum = sum + partial[j];
+    total = total + sum;
   }
-  *norm = sqrtf(items > 0 ? total + sum : 0.0f);
+  sums[threadIdx.x] = total;
+  __syncthreads();
+  for (int half = kFinishThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) sums[threadIdx.x] = sums[threadIdx.x] + sums[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *norm = sqrtf(sums[0]);
 }
 
 ffi::Error GlobalNormCudaImpl(cudaStream_t stream, Buffer arena, Args args,
@@ -63,11 +78,12 @@ ffi::Error GlobalNormCudaImpl(cudaStream_t stream, Buffer arena, Args args,
   int64_t base = 0;
   cudaError_t err =
       MultiTensorApply<1, 0, 256, 320>(call->tensors, [&](const NormTable& table, int blocks) {
-        PartialSums<<<blocks, kCudaBlock, 0, stream>>>(table, partial, starts, base);
+        JGSESS_LAUNCH(PartialSums, blocks, kCudaBlock, 0, stream)(table, partial, starts, base);
         base += blocks;
       });
   if (err != cudaSuccess) return CudaStatus("global_norm", err);
-  Finish<<<1, 1, 0, stream>>>(partial, starts, call->items, norm->typed_data());
+  JGSESS_LAUNCH(Finish, 1, kFinishThreads, 0, stream)(partial, starts, call->items,
+                                                      norm->typed_data());
   return CudaStatus("global_norm");
 }
 

@@ -25,7 +25,8 @@ __device__ void MomentumChunk(const MomentumTable& table, const MomentumHyper& h
 }
 
 template <int64_t kFlags>
-__global__ void MomentumKernel(MomentumTable table, HyperPtrs<MomentumHyper> hyper) {
+__global__ void __launch_bounds__(kCudaBlock)
+    MomentumKernel(const __grid_constant__ MomentumTable table, HyperPtrs<MomentumHyper> hyper) {
   const MomentumHyper h = LoadHyper(hyper);
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
@@ -48,7 +49,7 @@ ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t f
     return ForEachMember("momentum", *hyper, *tensors, [&](const auto& member, const auto& part) {
       if (err == cudaSuccess) {
         err = MultiTensorApply<3, 2, 128, 320>(part, [&](const MomentumTable& table, int blocks) {
-          MomentumKernel<kFlags><<<blocks, kCudaBlock, 0, stream>>>(table, member);
+          JGSESS_LAUNCH(MomentumKernel<kFlags>, blocks, kCudaBlock, 0, stream)(table, member);
         });
       }
       return ffi::Error::Success();

@@ -8,8 +8,8 @@ namespace {
 
 constexpr int kThreads = 256;  // a multiple of 32: lane = i % 32 inside a warp
 
-__global__ void ReluMaskKernel(const void* a, const void* b, Elem type, int64_t n, void* y,
-                               uint32_t* mask) {
+__global__ void __launch_bounds__(kThreads)
+    ReluMaskKernel(const void* a, const void* b, Elem type, int64_t n, void* y, uint32_t* mask) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   float s = 0.0f;
   if (i < n) {
@@ -21,8 +21,9 @@ __global__ void ReluMaskKernel(const void* a, const void* b, Elem type, int64_t 
   if (threadIdx.x % 32 == 0 && i < n) mask[i / 32] = bits;
 }
 
-__global__ void ReluMaskGradKernel(const uint32_t* mask, const void* a, const void* b, Elem type,
-                                   int64_t n, void* dx) {
+__global__ void __launch_bounds__(kThreads)
+    ReluMaskGradKernel(const uint32_t* mask, const void* a, const void* b, Elem type, int64_t n,
+                       void* dx) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float g = LoadF32(a, type, i);
@@ -37,8 +38,8 @@ ffi::Error ReluMaskCudaImpl(cudaStream_t stream, Args args, ffi::Result<Buffer> 
   const int64_t n = ops->size;
   if (n > 0) {
     const int64_t blocks = (n + kThreads - 1) / kThreads;
-    ReluMaskKernel<<<blocks, kThreads, 0, stream>>>(ops->data[0], ops->data[1], ElemOf(ops->type),
-                                                    n, y->untyped_data(), mask->typed_data());
+    JGSESS_LAUNCH(ReluMaskKernel, blocks, kThreads, 0, stream)(
+        ops->data[0], ops->data[1], ElemOf(ops->type), n, y->untyped_data(), mask->typed_data());
   }
   return CudaStatus("relu_mask");
 }
@@ -50,7 +51,7 @@ ffi::Error ReluMaskGradCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> mask,
   const int64_t n = ops->size;
   if (n > 0) {
     const int64_t blocks = (n + kThreads - 1) / kThreads;
-    ReluMaskGradKernel<<<blocks, kThreads, 0, stream>>>(
+    JGSESS_LAUNCH(ReluMaskGradKernel, blocks, kThreads, 0, stream)(
         mask.typed_data(), ops->data[0], ops->data[1], ElemOf(ops->type), n, dx->untyped_data());
   }
   return CudaStatus("relu_mask_grad");

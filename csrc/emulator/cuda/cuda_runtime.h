@@ -1,0 +1,49 @@
+// <cuda_runtime.h> for the SIMT emulator (emulator/simt.h): streams are the host's, copies are
+// synchronous, errors come from the emulated launches.
+#pragma once
+
+#include <cstring>
+
+#include "emulator/simt.h"
+#include "xla/ffi/api/ffi.h"
+
+using cudaStream_t = jgsess::simt::Stream*;
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorIllegalAddress = 700,
+};
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+};
+
+inline cudaError_t cudaGetLastError() {
+  return static_cast<cudaError_t>(jgsess::simt::TakeLastError());
+}
+
+inline const char* cudaGetErrorString(cudaError_t err) {
+  return err == cudaSuccess ? "no error" : jgsess::simt::LastMessage().c_str();
+}
+
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+                                   cudaStream_t) {
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+// The handlers' stream: the emulator's one host stream (XLA's CPU client has none to give).
+template <>
+struct xla::ffi::CtxDecoding<xla::ffi::PlatformStream<cudaStream_t>> {
+  using Type = cudaStream_t;
+  static std::optional<Type> Decode(const XLA_FFI_Api*, XLA_FFI_ExecutionContext*,
+                                    DiagnosticEngine&) {
+    static jgsess::simt::Stream stream;
+    return &stream;
+  }
+};

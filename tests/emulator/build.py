@@ -1,0 +1,85 @@
+"""Builds the test-only extension tests/emulator/_simt: jgsess's CUDA sources compiled as C++
+for the SIMT emulator (csrc/emulator/), which needs only the C++ compiler.
+
+    python tests/emulator/build.py      (make test runs it; never part of the wheel)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import jax.ffi
+import pybind11
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = Path(__file__).resolve().parent
+CSRC = ROOT / "csrc"
+# the CUDA sources, then the emulator's (simt.cc last: it holds the shared-memory section's
+# closing page), relative to csrc/
+SOURCES = sorted(str(p.relative_to(CSRC)) for p in CSRC.glob("kernels/*/*.cu")) + [
+    "emulator/broken.cu",
+    "emulator/guard.cc",
+    "emulator/module.cc",
+    "emulator/simt.cc",
+]
+FLAGS = [
+    "-std=c++20",
+    "-O2",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+    "-U_FORTIFY_SOURCE",
+    "-DJGSESS_SIMT_EMULATOR=1",
+    "-DJGSESS_WITH_CUDA=1",
+    "-isystem",
+    jax.ffi.include_dir(),
+    "-isystem",
+    pybind11.get_include(),
+    "-isystem",
+    sysconfig.get_paths()["include"],
+]
+
+
+def target() -> Path:
+    return OUT / f"_simt{sysconfig.get_config_var('EXT_SUFFIX')}"
+
+
+def compile_one(source: Path, objects: Path, csrc: Path) -> str:
+    """`source`'s object in `objects` (kept while newer than the source and every header)."""
+    obj = objects / (source.name + ".o")
+    headers = [p for p in csrc.rglob("*") if p.suffix in (".h", ".cuh")]
+    newest = max(p.stat().st_mtime for p in [source, *headers])
+    if obj.exists() and obj.stat().st_mtime > newest:
+        return str(obj)
+    cuda = ["-x", "c++", "-include", "emulator/simt.h"] if source.suffix == ".cu" else []
+    includes = [f"-I{csrc / 'emulator/cuda'}", f"-I{csrc}"]
+    cxx = os.environ.get("CXX", "g++")
+    subprocess.run([cxx, *includes, *FLAGS, *cuda, "-c", str(source), "-o", str(obj)], check=True)
+    return str(obj)
+
+
+def build(csrc: Path = CSRC, objects: Path = ROOT / "build" / "simt", out=None) -> Path:
+    """Builds the extension from the sources under `csrc` (objects kept in `objects`) into `out`
+    (default: tests/emulator/); returns its path."""
+    objects.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        built = list(pool.map(lambda s: compile_one(csrc / s, objects, csrc), SOURCES))
+    path = Path(out) if out is not None else target()
+    subprocess.run([os.environ.get("CXX", "g++"), "-shared", *built, "-o", str(path)], check=True)
+    return path
+
+
+def main() -> int:
+    print(f"building {target().name}", flush=True)
+    build()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The SIMT emulator's own tests: each check fires on a kernel broken for it (csrc/emulator/
+broken.cu) and on no correct kernel; the emulated hardware's arithmetic is the GPU's."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.emulator import simt
+
+N = 1000  # four blocks of 256 threads, the last one partly past the end
+
+
+def neighbors(x: np.ndarray) -> np.ndarray:
+    """What the correct kernel computes (broken.cu)."""
+    n, y = x.size, np.zeros_like(x)
+    for i in range(n):
+        block, t, lane = i // 256 * 256, i % 256, i % 32
+        right = block + (t + 1) % 256
+        down = x[i + 1] if lane < 31 and i + 1 < n else (x[i] if lane == 31 else 0.0)
+        first = x[i // 32 * 32]
+        y[i] = x[i] + (x[right] if right < n else 0.0) + down + (1.0 if first > 0 else 0.0)
+    return y
+
+
+def run(check: str, x):
+    simt.broken()
+    call = jax.ffi.ffi_call(f"{simt.PREFIX}broken_{check}", jax.ShapeDtypeStruct(x.shape, x.dtype))
+    return jax.jit(call)(x)
+
+
+X = np.random.default_rng(0).standard_normal(N).astype(np.float32)
+
+
+def test_a_correct_kernel_passes_every_check():
+    np.testing.assert_allclose(run("correct", X), neighbors(X), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "check, message",
+    [
+        (
+            "global_read_past_end",
+            "invalid global read at 0x[0-9a-f]+, 0 bytes past the end of "
+            "operand 0 \\(4000 bytes\\) by Neighbors block \\(3,0,0\\) thread \\(231,0,0\\)",
+        ),
+        ("global_write_before_start", "result 0 written 4 bytes before its start"),
+        (
+            "shared_race",
+            "shared-memory race at offset \\d+: read and written by Neighbors block "
+            "\\(\\d,0,0\\) thread \\(\\d+,0,0\\) and .* between the same two barriers",
+        ),
+        (
+            "barrier_divergence",
+            "__syncthreads reached by 232 of 256 threads \\(Neighbors block "
+            "\\(3,0,0\\) thread \\(232,0,0\\) exited without it\\)",
+        ),
+        ("shuffle_exited_lane", "__shfl_down_sync mask names lane 8, which has exited"),
+        ("ballot_exited_lane", "__ballot_sync mask names lane 8, which has exited"),
+        ("result_unwritten", "result 0 element 1 was never written"),
+        ("operand_written", "operand 0 changed, though no result aliases it"),
+    ],
+)
+def test_each_check_fires_on_the_kernel_broken_for_it(check, message):
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(run(check, X))
+
+
+def test_a_failed_launch_leaves_the_next_call_clean():
+    with pytest.raises(Exception, match="shared-memory race"):
+        jax.block_until_ready(run("shared_race", X))
+    np.testing.assert_allclose(run("correct", X), neighbors(X), rtol=1e-6)
+
+
+def test_an_empty_buffer_launches_nothing():
+    assert run("correct", np.zeros(0, np.float32)).shape == (0,)
+
+
+def test_conversions_round_like_the_gpu_and_canonicalize_nan():
+    """The emulated __float2bfloat16_rn / __float2half_rn: to nearest even (ties, the largest
+    values, subnormals) as numpy rounds; every NaN becomes 0x7fff, as the GPU's cvt.rn does."""
+    finite = np.array(
+        [
+            1 + 2**-8,
+            1 + 3 * 2**-8,
+            -(1 + 2**-8),
+            65504.0,
+            65520.0,
+            1e-7,
+            6e-8,
+            3.4e38,
+            -0.0,
+            np.inf,
+        ],
+        np.float32,
+    )
+    nans = np.array([0x7FC00001, 0xFFC00000, 0x7F800001], np.uint32).view(np.float32)
+    got = np.array(
+        simt.module().gpu_conversions([float(v) for v in np.concatenate([finite, nans])])
+    )
+    with np.errstate(over="ignore"):
+        want_bf16 = finite.astype(jnp.bfloat16).view(np.uint16)
+        want_f16 = finite.astype(np.float16).view(np.uint16)
+    np.testing.assert_array_equal(got[: finite.size, 0], want_bf16)
+    np.testing.assert_array_equal(got[: finite.size, 1], want_f16)
+    assert (got[finite.size :] == 0x7FFF).all()
+
+
+def test_launches_are_logged_with_their_shapes():
+    simt.module().launches()
+    run("correct", X)
+    assert simt.module().launches() == [("Neighbors", (4, 1, 1), (256, 1, 1))]

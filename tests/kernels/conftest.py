@@ -1,0 +1,36 @@
+"""The kernel tests run on two sets of handlers: the C++ CPU kernels ("cpu") and the CUDA
+kernels' sources under the SIMT emulator ("simt": tests/emulator/, every check on). A module
+opts in with `pytestmark = pytest.mark.usefixtures("kernels")`; a test taking `cuda_device`
+runs the CUDA handlers: emulated, and on a real GPU where there is one."""
+
+import jax
+import pytest
+
+from tests.emulator import simt
+
+
+def _gpu():
+    try:
+        import jgsess._C as native
+
+        return jax.devices("gpu")[0] if native.has_cuda() else None
+    except Exception:  # noqa: BLE001 - no GPU backend
+        return None
+
+
+@pytest.fixture(params=["cpu", "simt"])
+def kernels(request, monkeypatch) -> str:
+    if request.param == "simt":
+        simt.route(monkeypatch)
+    return request.param
+
+
+@pytest.fixture
+def cuda_device(kernels):
+    """The device a CUDA test runs on: None (the CPU's, under the emulator) or the GPU."""
+    if kernels == "simt":
+        return None
+    gpu = _gpu()
+    if gpu is None:
+        pytest.skip("needs a CUDA device and jgsess built with CUDA (ran emulated)")
+    return gpu
