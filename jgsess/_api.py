@@ -107,10 +107,7 @@ class _Body:
         # the decisions that program was compiled with
         self.compiled: set[tuple] = set()
         self._reports = reports
-        self.__name__ = getattr(fun, "__name__", type(fun).__name__)
-        self.__qualname__ = getattr(fun, "__qualname__", self.__name__)
-        self.__module__ = getattr(fun, "__module__", None)
-        self.__doc__ = getattr(fun, "__doc__", None)
+        _copy_names(fun, self)
 
     @property
     def __wrapped__(self):
@@ -151,11 +148,11 @@ class _Body:
                 closed,
                 [False] * len(lifted) + [donated[i] for i in dynamic],
                 None
-                if self._reports is not None and signature in self._reports.compiled
+                if self._reports is not None and _contains(self._reports.compiled, signature)
                 else traced,
                 lifted + tracers,
             )
-            self.compiled.add(signature)
+            _add(self.compiled, signature)
             session.seconds = {"trace": traced, **session.seconds}
             _record(session.seconds)
             if self.sessions is not None:
@@ -221,6 +218,43 @@ def _signature(treedef, flat: list, dynamic: list[int]) -> tuple:
         treedef,
         tuple(jax.typeof(x) if i in arrays else _hashable(x) for i, x in enumerate(flat)),
     )
+
+
+def _add(compiled: set, signature: tuple) -> None:
+    """Records a compiled signature; one whose static arguments cannot be compared (their
+    __eq__ raises) is not recorded: jax.jit's own cache raises its error for them."""
+    try:
+        compiled.add(signature)
+    except Exception:  # noqa: BLE001 - the user's __eq__, whatever it raises
+        pass
+
+
+def _contains(compiled: set, signature: tuple) -> bool:
+    try:
+        return signature in compiled
+    except Exception:  # noqa: BLE001 - the user's __eq__, whatever it raises
+        return False
+
+
+def _named(fun: Callable, attr: str):
+    """`fun`'s attribute, or that of the function a partial (of a partial...) wraps."""
+    while not hasattr(fun, attr) and isinstance(fun, functools.partial):
+        fun = fun.func
+    return getattr(fun, attr, None)
+
+
+def _copy_names(fun: Callable, body) -> None:
+    """What jax.jit copies from a function to its compiled one (its __dict__, name, qualified
+    name, module, doc and annotations; a partial's named after the function it wraps), onto the
+    body, from which jax.jit copies them."""
+    body.__dict__.update(
+        {k: v for k, v in getattr(fun, "__dict__", {}).items() if k != "__wrapped__"}
+    )
+    body.__name__ = _named(fun, "__name__") or "<unnamed function>"
+    body.__qualname__ = _named(fun, "__qualname__") or body.__name__
+    body.__module__ = getattr(fun, "__module__", "<unknown module>")
+    body.__doc__ = getattr(fun, "__doc__", "") or ""
+    body.__annotations__ = getattr(fun, "__annotations__", {})
 
 
 def _hashable(leaf):

@@ -1,5 +1,6 @@
 """jgsess.jit beside jax.jit: every keyword argument, attribute, cache and error, side by side."""
 
+import functools
 import gc
 import inspect
 import logging
@@ -196,6 +197,61 @@ def test_attributes_and_methods():
     fused.clear_cache()
     assert fused._cache_size() == 0
     assert isinstance(fused, jgsess.Jitted) and not isinstance(plain, jgsess.Jitted)
+
+
+WRAPPED = ("__name__", "__qualname__", "__module__", "__doc__", "__annotations__")
+
+
+def annotated(x: jax.Array, scale: float = 2.0) -> jax.Array:
+    """Doc of annotated."""
+    return x * scale
+
+
+annotated.note = "copied from the function's __dict__"
+
+
+@pytest.mark.parametrize(
+    "fun",
+    [
+        annotated,
+        functools.partial(annotated, scale=3.0),
+        functools.partial(functools.partial(annotated, scale=3.0)),
+    ],
+    ids=["function", "partial", "partial of a partial"],
+)
+def test_names_and_wrapped_attributes_are_jax_jits(fun):
+    """A partial's compiled function is named after the function it wraps (repr, logs,
+    profiles, cache-miss explanations show it); annotations and __dict__ are copied."""
+    plain, fused = both(fun)
+    for attr in WRAPPED:
+        assert getattr(fused, attr) == getattr(plain, attr), attr
+    assert getattr(fused, "note", None) == getattr(plain, "note", None)
+    assert repr(fused) == repr(plain)
+    x = rand((3,))
+    assert_trees_close(fused(x), plain(x))
+
+
+class Incomparable:
+    """A static argument whose __eq__ raises (hash collisions make jax compare)."""
+
+    def __hash__(self):
+        return 1
+
+    def __eq__(self, other):
+        raise RuntimeError("cannot compare")
+
+
+def test_a_static_argument_whose_eq_raises_is_a_value_error_as_with_jax_jit():
+    """jax's caches compare static arguments and turn the user's exception into a ValueError
+    (which of its caches compares first depends on what ran before); jgsess's record of what
+    it compiled lets jax's error through, not the user's."""
+    for jit in (jgsess.jit, jax.jit):
+        fun = jit(lambda x, s: x * 2, static_argnums=1)
+        with pytest.raises(ValueError):
+            fun(rand((3,)), Incomparable())
+            fun(rand((3,)), Incomparable())
+        jax.clear_caches()  # jax compares nothing now: neither may jgsess's record
+        assert_trees_close(fun(rand((3,)), Incomparable()), rand((3,)) * 2)
 
 
 def test_methods_bind_self():
