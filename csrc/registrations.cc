@@ -21,13 +21,20 @@ pybind11::capsule Capsule(XLA_FFI_Handler* handler) {
   return pybind11::capsule(reinterpret_cast<void*>(handler), "xla._CUSTOM_CALL_TARGET");
 }
 
-// {"cpu": cpu} plus {"CUDA": cuda} when the CUDA kernels are built in (without them, each
-// kernel header makes its <Name>Cuda a null stand-in) and the target has a CUDA handler.
-pybind11::dict Platforms(XLA_FFI_Handler* cpu, [[maybe_unused]] XLA_FFI_Handler* cuda) {
+// {"cpu": cpu} plus {"CUDA": {"instantiate": load, "execute": cuda}} when the CUDA kernels are
+// built in (without them, each kernel header makes its CUDA handlers null stand-ins) and the
+// target has a CUDA handler.
+pybind11::dict Platforms(XLA_FFI_Handler* cpu, [[maybe_unused]] XLA_FFI_Handler* cuda,
+                         [[maybe_unused]] XLA_FFI_Handler* load) {
   pybind11::dict platforms;
   platforms["cpu"] = Capsule(cpu);
 #if defined(JGSESS_WITH_CUDA)
-  if (cuda != nullptr) platforms["CUDA"] = Capsule(cuda);
+  if (cuda != nullptr) {
+    pybind11::dict stages;
+    stages["instantiate"] = Capsule(load);
+    stages["execute"] = Capsule(cuda);
+    platforms["CUDA"] = stages;
+  }
 #endif
   return platforms;
 }
@@ -36,18 +43,22 @@ pybind11::dict Platforms(XLA_FFI_Handler* cpu, [[maybe_unused]] XLA_FFI_Handler*
 
 pybind11::dict Registrations() {
   pybind11::dict table;
-  table["jgsess_adamw"] = Platforms(AdamwCpu, AdamwCuda);
-  table["jgsess_async_hint"] = Platforms(AsyncHintCpu, nullptr);  // CPU only
-  table["jgsess_batch_norm_relu"] = Platforms(BatchNormReluCpu, BatchNormReluCuda);
-  table["jgsess_batch_norm_add_relu"] = Platforms(BatchNormAddReluCpu, BatchNormAddReluCuda);
-  table["jgsess_batch_norm_relu_grad"] = Platforms(BatchNormReluGradCpu, BatchNormReluGradCuda);
+  table["jgsess_adamw"] = Platforms(AdamwCpu, AdamwCuda, AdamwCudaLoad);
+  table["jgsess_async_hint"] = Platforms(AsyncHintCpu, nullptr, nullptr);  // CPU only
+  table["jgsess_batch_norm_relu"] =
+      Platforms(BatchNormReluCpu, BatchNormReluCuda, BatchNormReluCudaLoad);
+  table["jgsess_batch_norm_add_relu"] =
+      Platforms(BatchNormAddReluCpu, BatchNormAddReluCuda, BatchNormAddReluCudaLoad);
+  table["jgsess_batch_norm_relu_grad"] =
+      Platforms(BatchNormReluGradCpu, BatchNormReluGradCuda, BatchNormReluGradCudaLoad);
   table["jgsess_batch_norm_add_relu_grad"] =
-      Platforms(BatchNormAddReluGradCpu, BatchNormAddReluGradCuda);
-  table["jgsess_cast_all"] = Platforms(CastAllCpu, CastAllCuda);
-  table["jgsess_global_norm"] = Platforms(GlobalNormCpu, GlobalNormCuda);
-  table["jgsess_momentum"] = Platforms(MomentumCpu, MomentumCuda);
-  table["jgsess_relu_mask"] = Platforms(ReluMaskCpu, ReluMaskCuda);
-  table["jgsess_relu_mask_grad"] = Platforms(ReluMaskGradCpu, ReluMaskGradCuda);
+      Platforms(BatchNormAddReluGradCpu, BatchNormAddReluGradCuda, BatchNormAddReluGradCudaLoad);
+  table["jgsess_cast_all"] = Platforms(CastAllCpu, CastAllCuda, CastAllCudaLoad);
+  table["jgsess_global_norm"] = Platforms(GlobalNormCpu, GlobalNormCuda, GlobalNormCudaLoad);
+  table["jgsess_momentum"] = Platforms(MomentumCpu, MomentumCuda, MomentumCudaLoad);
+  table["jgsess_relu_mask"] = Platforms(ReluMaskCpu, ReluMaskCuda, ReluMaskCudaLoad);
+  table["jgsess_relu_mask_grad"] =
+      Platforms(ReluMaskGradCpu, ReluMaskGradCuda, ReluMaskGradCudaLoad);
   return table;
 }
 

@@ -32,4 +32,15 @@ ffi::Error DispatchFlags(int64_t flags, const char* kernel, F&& f) {
   }(std::make_integer_sequence<int64_t, kCount>{});
 }
 
+// Calls f.template operator()<flags>() for every flags value in [0, kCount) that kValid accepts.
+template <int64_t kCount, bool (*kValid)(int64_t) = AnyFlags, typename F>
+void ForEachFlags(F&& f) {
+  [&]<int64_t... kFlags>(std::integer_sequence<int64_t, kFlags...>) {
+    auto one = [&]<int64_t kOne>() {
+      if constexpr (kValid(kOne)) f.template operator()<kOne>();
+    };
+    (one.template operator()<kFlags>(), ...);
+  }(std::make_integer_sequence<int64_t, kCount>{});
+}
+
 }  // namespace jgsess

@@ -33,14 +33,17 @@ inline ffi::Unexpected<ffi::Error> Invalid(const char* kernel, const std::string
 
 }  // namespace jgsess
 
-// Declares a kernel's handlers <name>Cpu and <name>Cuda (in its header). Without the CUDA
-// kernels, <name>Cuda is a null stand-in, so registrations.cc reads the same either way.
+// Declares a kernel's handlers <name>Cpu, <name>Cuda and <name>CudaLoad (in its header; the
+// last is the CUDA handler's instantiate stage, which loads its kernels' code). Without the CUDA
+// kernels, the CUDA ones are null stand-ins, so registrations.cc reads the same either way.
 #if defined(JGSESS_WITH_CUDA)
-#define JGSESS_DECLARE_HANDLERS(name)        \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(name##Cpu); \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(name##Cuda)
+#define JGSESS_DECLARE_HANDLERS(name)         \
+  XLA_FFI_DECLARE_HANDLER_SYMBOL(name##Cpu);  \
+  XLA_FFI_DECLARE_HANDLER_SYMBOL(name##Cuda); \
+  XLA_FFI_DECLARE_HANDLER_SYMBOL(name##CudaLoad)
 #else
-#define JGSESS_DECLARE_HANDLERS(name)        \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(name##Cpu); \
-  constexpr XLA_FFI_Handler* name##Cuda = nullptr
+#define JGSESS_DECLARE_HANDLERS(name)              \
+  XLA_FFI_DECLARE_HANDLER_SYMBOL(name##Cpu);       \
+  constexpr XLA_FFI_Handler* name##Cuda = nullptr; \
+  constexpr XLA_FFI_Handler* name##CudaLoad = nullptr
 #endif

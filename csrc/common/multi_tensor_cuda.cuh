@@ -27,6 +27,21 @@ inline ffi::Error CudaStatus(const char* kernel, cudaError_t err = cudaGetLastEr
   return Internal(std::string(kernel) + ": " + cudaGetErrorString(err));
 }
 
+// Loads the kernels' code now. Under lazy module loading (CUDA 12.2+'s default) a kernel's first
+// launch would load it, and XLA may capture that launch into a CUDA graph (the handlers are
+// command-buffer compatible), where loading fails; each CUDA handler's instantiate stage, run
+// when XLA builds the executable, calls this first.
+template <typename... Kernels>
+cudaError_t LoadKernels(Kernels*... kernels) {
+  cudaError_t err = cudaSuccess;
+  cudaFuncAttributes attributes;
+  ((err = err == cudaSuccess
+              ? cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernels))
+              : err),
+   ...);
+  return err;
+}
+
 constexpr int64_t kCudaChunk = 65536;
 constexpr int kCudaBlock = 512;
 

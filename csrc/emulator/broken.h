@@ -13,3 +13,5 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenShuffle);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenBallot);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenUnwritten);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenOperandWritten);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenUnloaded);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenLoad);  // the instantiate stage of them all: loads Neighbors

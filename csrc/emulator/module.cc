@@ -27,36 +27,50 @@ pybind11::capsule Capsule(XLA_FFI_Handler* handler) {
   return pybind11::capsule(reinterpret_cast<void*>(handler), "xla._CUSTOM_CALL_TARGET");
 }
 
+// A handler's stages: the instantiate stage loads the kernels' code, as on a GPU.
+pybind11::dict Stages(XLA_FFI_Handler* load, XLA_FFI_Handler* execute) {
+  pybind11::dict stages;
+  stages["instantiate"] = Capsule(load);
+  stages["execute"] = Capsule(execute);
+  return stages;
+}
+
 // kernel name (its jgsess_<name> target) -> the emulated CUDA handler
 pybind11::dict Handlers() {
   pybind11::dict table;
-  table["adamw"] = Capsule(Guarded<AdamwCuda, "adamw">);
-  table["batch_norm_relu"] = Capsule(Guarded<BatchNormReluCuda, "batch_norm_relu">);
-  table["batch_norm_add_relu"] = Capsule(Guarded<BatchNormAddReluCuda, "batch_norm_add_relu">);
-  table["batch_norm_relu_grad"] = Capsule(Guarded<BatchNormReluGradCuda, "batch_norm_relu_grad">);
-  table["batch_norm_add_relu_grad"] =
-      Capsule(Guarded<BatchNormAddReluGradCuda, "batch_norm_add_relu_grad">);
-  table["cast_all"] = Capsule(Guarded<CastAllCuda, "cast_all">);
-  table["global_norm"] = Capsule(Guarded<GlobalNormCuda, "global_norm">);
-  table["momentum"] = Capsule(Guarded<MomentumCuda, "momentum">);
-  table["relu_mask"] = Capsule(Guarded<ReluMaskCuda, "relu_mask">);
-  table["relu_mask_grad"] = Capsule(Guarded<ReluMaskGradCuda, "relu_mask_grad">);
+  table["adamw"] = Stages(AdamwCudaLoad, Guarded<AdamwCuda, "adamw">);
+  table["batch_norm_relu"] =
+      Stages(BatchNormReluCudaLoad, Guarded<BatchNormReluCuda, "batch_norm_relu">);
+  table["batch_norm_add_relu"] =
+      Stages(BatchNormAddReluCudaLoad, Guarded<BatchNormAddReluCuda, "batch_norm_add_relu">);
+  table["batch_norm_relu_grad"] =
+      Stages(BatchNormReluGradCudaLoad, Guarded<BatchNormReluGradCuda, "batch_norm_relu_grad">);
+  table["batch_norm_add_relu_grad"] = Stages(
+      BatchNormAddReluGradCudaLoad, Guarded<BatchNormAddReluGradCuda, "batch_norm_add_relu_grad">);
+  table["cast_all"] = Stages(CastAllCudaLoad, Guarded<CastAllCuda, "cast_all">);
+  table["global_norm"] = Stages(GlobalNormCudaLoad, Guarded<GlobalNormCuda, "global_norm">);
+  table["momentum"] = Stages(MomentumCudaLoad, Guarded<MomentumCuda, "momentum">);
+  table["relu_mask"] = Stages(ReluMaskCudaLoad, Guarded<ReluMaskCuda, "relu_mask">);
+  table["relu_mask_grad"] =
+      Stages(ReluMaskGradCudaLoad, Guarded<ReluMaskGradCuda, "relu_mask_grad">);
   return table;
 }
 
 // check name -> a handler whose kernel breaks that check (emulator/broken.cu)
 pybind11::dict Broken() {
   pybind11::dict table;
-  table["correct"] = Capsule(Guarded<BrokenNone, "correct">);
-  table["global_read_past_end"] = Capsule(Guarded<BrokenReadPastEnd, "global_read_past_end">);
+  table["correct"] = Stages(BrokenLoad, Guarded<BrokenNone, "correct">);
+  table["global_read_past_end"] =
+      Stages(BrokenLoad, Guarded<BrokenReadPastEnd, "global_read_past_end">);
   table["global_write_before_start"] =
-      Capsule(Guarded<BrokenWriteBeforeStart, "global_write_before_start">);
-  table["shared_race"] = Capsule(Guarded<BrokenSharedRace, "shared_race">);
-  table["barrier_divergence"] = Capsule(Guarded<BrokenBarrier, "barrier_divergence">);
-  table["shuffle_exited_lane"] = Capsule(Guarded<BrokenShuffle, "shuffle_exited_lane">);
-  table["ballot_exited_lane"] = Capsule(Guarded<BrokenBallot, "ballot_exited_lane">);
-  table["result_unwritten"] = Capsule(Guarded<BrokenUnwritten, "result_unwritten">);
-  table["operand_written"] = Capsule(Guarded<BrokenOperandWritten, "operand_written">);
+      Stages(BrokenLoad, Guarded<BrokenWriteBeforeStart, "global_write_before_start">);
+  table["shared_race"] = Stages(BrokenLoad, Guarded<BrokenSharedRace, "shared_race">);
+  table["barrier_divergence"] = Stages(BrokenLoad, Guarded<BrokenBarrier, "barrier_divergence">);
+  table["shuffle_exited_lane"] = Stages(BrokenLoad, Guarded<BrokenShuffle, "shuffle_exited_lane">);
+  table["ballot_exited_lane"] = Stages(BrokenLoad, Guarded<BrokenBallot, "ballot_exited_lane">);
+  table["result_unwritten"] = Stages(BrokenLoad, Guarded<BrokenUnwritten, "result_unwritten">);
+  table["operand_written"] = Stages(BrokenLoad, Guarded<BrokenOperandWritten, "operand_written">);
+  table["unloaded_kernel"] = Stages(BrokenLoad, Guarded<BrokenUnloaded, "unloaded_kernel">);
   return table;
 }
 
@@ -72,7 +86,7 @@ std::vector<std::tuple<int, int>> GpuConversions(const std::vector<float>& value
 PYBIND11_MODULE(_simt, m) {
   m.doc() = "jgsess's CUDA handlers under the SIMT emulator (tests only)";
   m.def("handlers", &Handlers, "kernel name -> PyCapsule of its emulated CUDA handler");
-  m.def("broken", &Broken, "check name -> PyCapsule of a handler whose kernel breaks it");
+  m.def("broken", &Broken, "check name -> the stages of a handler whose kernel breaks it");
   m.def("gpu_conversions", &GpuConversions,
         "(bf16 bits, f16 bits) of each value through __float2bfloat16_rn / __float2half_rn");
   m.def("launches", &jgsess::simt::Launches,

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -364,8 +365,22 @@ uint32_t WarpBallot(uint32_t mask, bool predicate) {
   return static_cast<uint32_t>(WarpOp("__ballot_sync", mask, predicate ? 1 : 0, 0));
 }
 
-bool RunGrid(const char* kernel, dim3 grid, dim3 block, const std::function<void()>& body) {
+std::mutex loaded_mutex;
+std::set<const void*> loaded;
+
+bool RunGrid(const void* function, const char* kernel, dim3 grid, dim3 block,
+             const std::function<void()>& body) {
   InstallHandlers();
+  {
+    std::lock_guard<std::mutex> lock(loaded_mutex);
+    if (loaded.count(function) == 0) {
+      SetError(3, std::string(kernel) +
+                      ": launched before its code was loaded (cudaFuncGetAttributes in the "
+                      "handler's instantiate stage): under lazy loading the first launch loads "
+                      "it, which fails inside a CUDA graph capture");
+      return false;
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(launch_log_mutex);
     launch_log.emplace_back(kernel, std::tuple{grid.x, grid.y, grid.z},
@@ -420,6 +435,11 @@ std::vector<std::tuple<std::string, std::tuple<unsigned, unsigned, unsigned>,
 Launches() {
   std::lock_guard<std::mutex> lock(launch_log_mutex);
   return std::exchange(launch_log, {});
+}
+
+void MarkLoaded(const void* kernel) {
+  std::lock_guard<std::mutex> lock(loaded_mutex);
+  loaded.insert(kernel);
 }
 
 const std::string& LastMessage() { return last_message; }

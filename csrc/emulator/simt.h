@@ -23,6 +23,8 @@
 //                   function templates: a kernel with __shared__ variables must not be a template
 //   barriers        a __syncthreads that not every thread of the block reaches
 //   warp ops        a mask naming a lane that has exited, or lanes of a mask that never meet
+//   loading         a kernel launched before its handler's instantiate stage loaded its code
+//                   (its first launch might be inside a CUDA graph capture, where loading fails)
 //   results         result bytes the handler never wrote (guard.cc poisons results before the
 //                   call; operands it may not write are compared after it)
 #pragma once
@@ -66,8 +68,12 @@ void SyncThreads();
 uint64_t WarpShuffleDown(uint32_t mask, uint64_t value, unsigned delta);
 uint32_t WarpBallot(uint32_t mask, bool predicate);
 
-// Runs body() on every thread of the grid; false (and LastMessage()) on a checked failure.
-bool RunGrid(const char* kernel, dim3 grid, dim3 block, const std::function<void()>& body);
+// Runs body() on every thread of the grid of `kernel` (its function, which must have been
+// loaded: MarkLoaded); false (and LastMessage()) on a checked failure.
+bool RunGrid(const void* kernel, const char* name, dim3 grid, dim3 block,
+             const std::function<void()>& body);
+// cudaFuncGetAttributes loaded `kernel`'s code (csrc/common/multi_tensor_cuda.cuh: LoadKernels).
+void MarkLoaded(const void* kernel);
 const std::string& LastMessage();
 // What a faulting address is, for the message (guard.cc: "4 bytes past the end of operand 0").
 std::string DescribeAddress(uintptr_t address);
@@ -88,7 +94,7 @@ struct Launch {
   void operator()(A&&... args) const {
     std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
     const auto fn = kernel;
-    RunGrid(name, grid, block, [&] { std::apply(fn, params); });
+    RunGrid(reinterpret_cast<const void*>(fn), name, grid, block, [&] { std::apply(fn, params); });
   }
 };
 

@@ -34,7 +34,9 @@ from .partition import Factors
 from .relu_mask import mask_factors, mask_shape, pack, unpack
 from .spec import KernelSpec
 
-SPLITS_MAX = 64  # csrc/kernels/batch_norm/batch_norm.h: BnSplits
+# csrc/kernels/batch_norm/batch_norm.h: BnSplits (one split per SPLIT_ELEMENTS elements, at
+# most SPLITS_MAX and SPLIT_BYTES of f64 pairs)
+SPLITS_MAX, SPLIT_ELEMENTS, SPLIT_BYTES = 256, 16384, 1 << 20
 
 
 def _expand(v, ndim: int, axis: int):
@@ -145,7 +147,9 @@ def _split_backward(g, x, scale, mean, var, *, eps, axis, split):
 
 
 def _splits(x_aval, axis: int) -> int:
-    return min(SPLITS_MAX, max(1, -(-int(np.prod(x_aval.shape, dtype=np.int64)) // 65536)))
+    size = int(np.prod(x_aval.shape, dtype=np.int64))
+    by_bytes = SPLIT_BYTES // (16 * max(1, x_aval.shape[axis]))
+    return max(1, min(-(-size // SPLIT_ELEMENTS), by_bytes, SPLITS_MAX))
 
 
 def _workspace(x_index: int):

@@ -55,10 +55,10 @@ MUTATIONS = [
         "global_norm",
     ),
     (
-        "norm: finish skips the first chunk",
+        "norm: finish drops the last chunk",
         "kernels/global_norm/global_norm_cuda.cu",
-        "if (i > 0 && starts[i] == 0.0f) continue;",
-        "if (starts[i] == 0.0f) continue;",
+        "j < items && starts[j] == 0.0f;",
+        "j < items - 1 && starts[j] == 0.0f;",
         "global_norm",
     ),
     (

@@ -59,6 +59,7 @@ def test_a_correct_kernel_passes_every_check():
         ("ballot_exited_lane", "__ballot_sync mask names lane 8, which has exited"),
         ("result_unwritten", "result 0 element 1 was never written"),
         ("operand_written", "operand 0 changed, though no result aliases it"),
+        ("unloaded_kernel", "Unloaded: launched before its code was loaded"),
     ],
 )
 def test_each_check_fires_on_the_kernel_broken_for_it(check, message):

@@ -10,6 +10,7 @@ import pytest
 
 from jgsess.kernels import batch_norm
 from jgsess.kernels.relu_mask import unpack
+from tests.emulator import simt
 from tests.helpers import assert_trees_close
 from tests.kernels.bad_calls import BF16, F32, I32, U8, U32, N, array, spec
 
@@ -146,6 +147,19 @@ def test_an_empty_batch_gives_the_references_statistics(shape, axis, add):
     assert_trees_close(tuple(got), tuple(backward_ref(*operands, **params)))
 
 
+@pytest.mark.parametrize("shape, axis", [((4, 5, 5, 8), 3), ((4, 8, 3, 3), 1)])
+def test_a_nan_passes_the_relu_as_in_the_reference(shape, axis):
+    """A NaN in one channel makes its statistics and outputs NaN; the ReLU keeps NaN (as
+    jax.nn.relu does), and the mask bit stays 0."""
+    spec, operands, params = forward_case(shape, axis, jnp.float32, jnp.float32, False)
+    x = np.asarray(operands[0]).copy()
+    x[(0,) * axis + (1,)] = np.nan  # channel 1
+    operands[0] = jnp.asarray(x)
+    got = bind(spec, *operands, **params)
+    assert_trees_close(tuple(got[:3]), tuple(forward_ref(*operands, **params)[:3]))
+    assert np.isnan(np.moveaxis(np.asarray(got[0]), axis, 0)[1]).all()
+
+
 def test_backward_narrow_dtypes():
     spec, operands, params, _ = backward_case((4, 6, 5, 16), 3, jnp.bfloat16, jnp.bfloat16, True)
     got = bind(spec, *operands, **params)
@@ -193,11 +207,30 @@ def test_the_references_give_the_kernels_result_shapes(shape, axis):
     assert want[1][0] == (1,) * (len(shape) - 1) + (shape[axis],)
 
 
-def test_workspace_size_mirrors_the_kernel():
-    aval = jax.ShapeDtypeStruct((32, 56, 56, 64), jnp.float32)
-    splits = min(64, -(-aval.size // 65536))
-    size = batch_norm.FORWARD.workspace({"axis": 3}, [aval])
-    assert size == splits * 2 * 64 * 8 + 16 * 64
+@pytest.mark.parametrize(
+    "shape, axis, splits",
+    [
+        ((32, 56, 56, 64), 3, 256),  # the most splits
+        ((32, 7, 7, 2048), 3, 32),  # 1 MB of (sum, sum of squares) pairs
+        ((3, 5, 7, 12), 3, 1),
+        ((2, 0, 3), 1, 1),  # no channels
+    ],
+)
+def test_workspace_size_mirrors_the_kernel(shape, axis, splits):
+    aval = jax.ShapeDtypeStruct(shape, jnp.float32)
+    size = batch_norm.FORWARD.workspace({"axis": axis}, [aval])
+    assert size == splits * 2 * shape[axis] * 8 + 16 * shape[axis]
+
+
+def test_the_cuda_statistics_launch_enough_blocks_to_fill_a_gpu(kernels):
+    """ResNet-50's first BatchNorm (NHWC, 64 channels): over 2 blocks per SM of an H200."""
+    if kernels != "simt":
+        pytest.skip("the CUDA handler's launches, emulated")
+    spec, operands, params = forward_case((32, 56, 56, 64), 3, jnp.float32, jnp.float32, False)
+    simt.module().launches()
+    bind(spec, *operands, **params)
+    grids = {name: grid for name, grid, _ in simt.module().launches()}
+    assert grids["SumsLast"][0] * grids["SumsLast"][1] >= 2 * 132, grids
 
 
 @pytest.mark.parametrize("shape, axis", CASES + [((32, 56, 56, 64), 3), ((32, 64, 28, 28), 1)])
@@ -219,7 +252,7 @@ def malformed_calls():
     (N / 64, 64), features on axis 1."""
     rows, channels = N // 64, 64
     words = N // 32
-    work = 16 * 2 * channels * 8 + 16 * channels  # csrc/kernels/batch_norm/batch_norm.h
+    work = 64 * 2 * channels * 8 + 16 * channels  # csrc/kernels/batch_norm/batch_norm.h
     x, z, dy = (
         array((rows, channels), BF16),
         array((rows, channels), F32),

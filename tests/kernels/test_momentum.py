@@ -78,6 +78,13 @@ def test_cuda_kernel_matches_reference(flags, cuda_device):
         check(momentum.SPEC, ops, rtol=2e-6, device=cuda_device, flags=flags)
 
 
+def test_a_tensor_longer_than_a_launch_continues_in_the_next(cuda_device):
+    """A CUDA launch covers at most 320 chunks of 64K elements: a tensor of 330 chunks fills one
+    launch partway through and is carried into the next (common/multi_tensor_cuda.cuh)."""
+    ops = operands([(7,), (330 * 65536 + 5,), (9,)], seed=3)
+    check(momentum.SPEC, ops, rtol=2e-6, device=cuda_device, flags=momentum.NESTEROV)
+
+
 def malformed_calls():
     """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
     results per tensor, flags."""

@@ -31,6 +31,17 @@ inline const char* cudaGetErrorString(cudaError_t err) {
   return err == cudaSuccess ? "no error" : jgsess::simt::LastMessage().c_str();
 }
 
+struct cudaFuncAttributes {
+  int maxThreadsPerBlock = 1024;
+};
+
+// Loads a kernel's code: the emulator records it; launching one not loaded is a checked error.
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* kernel) {
+  jgsess::simt::MarkLoaded(kernel);
+  *attributes = cudaFuncAttributes{};
+  return cudaSuccess;
+}
+
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
                                    cudaStream_t) {
   std::memmove(dst, src, bytes);

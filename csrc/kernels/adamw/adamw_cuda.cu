@@ -68,8 +68,19 @@ ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flag
   return CudaStatus("adamw", err);
 }
 
+ffi::Error AdamwCudaLoadImpl() {
+  cudaError_t err = cudaSuccess;
+  ForEachFlags<kAdamwForms, AdamwForm>([&]<int64_t kFlags>() {
+    if (err == cudaSuccess) err = LoadKernels(AdamwKernel<kFlags>);
+  });
+  return CudaStatus("adamw", err);
+}
+
 }  // namespace
 }  // namespace jgsess
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AdamwCudaLoad, jgsess::AdamwCudaLoadImpl,
+                              xla::ffi::Ffi::BindInstantiate());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AdamwCuda, jgsess::AdamwCudaImpl,
                               jgsess::MultiTensorBinding<xla::ffi::PlatformStream<cudaStream_t>>(),

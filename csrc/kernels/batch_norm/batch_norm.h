@@ -50,10 +50,14 @@ inline ffi::ErrorOr<BnShape> BnShapeOf(const Buffer& x, int64_t axis) {
 }
 
 // Partial sums: the rows (elements, on CUDA) of each channel are split into this many parts,
-// each with its own f64 (sum, sum of squares) pair in the workspace, added in order at the end.
+// each with its own f64 (sum, sum of squares) pair in the workspace, added in order at the end:
+// one part per 16K elements, at most 256 and at most 1 MB of pairs, so that the CUDA statistics
+// launch enough blocks to fill a GPU (ResNet-50's first NHWC BatchNorm: 2 x 256, was 2 x 64).
 // jgsess/kernels/batch_norm.py: _splits mirrors it.
 inline int64_t BnSplits(const BnShape& s) {
-  return std::min<int64_t>(64, std::max<int64_t>(1, (s.size() + 65535) / 65536));
+  const int64_t by_size = (s.size() + 16383) / 16384;
+  const int64_t by_bytes = (int64_t{1} << 20) / (16 * std::max<int64_t>(1, s.channels));
+  return std::max<int64_t>(1, std::min({by_size, by_bytes, int64_t{256}}));
 }
 
 // Workspace layout (bytes from the arena's offset): partial[splits][2][C] f64, then 4 f32 per

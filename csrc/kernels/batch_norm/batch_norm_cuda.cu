@@ -298,8 +298,21 @@ ffi::Error BatchNormAddReluGradCudaImpl(cudaStream_t stream, Buffer arena, Buffe
                   *dscale, *dbias, &(*dz));
 }
 
+ffi::Error BatchNormCudaLoadImpl() {
+  return CudaStatus("batch_norm_relu", LoadKernels(SumsLast, SumsFirst, FinishForward,
+                                                   FinishBackward, Normalize, InputGrad));
+}
+
 }  // namespace
 }  // namespace jgsess
+
+#define JGSESS_BN_LOAD(name)                                         \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(name, jgsess::BatchNormCudaLoadImpl, \
+                                xla::ffi::Ffi::BindInstantiate())
+JGSESS_BN_LOAD(BatchNormReluCudaLoad);
+JGSESS_BN_LOAD(BatchNormAddReluCudaLoad);
+JGSESS_BN_LOAD(BatchNormReluGradCudaLoad);
+JGSESS_BN_LOAD(BatchNormAddReluGradCudaLoad);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     BatchNormReluCuda, jgsess::BatchNormReluCudaImpl,

@@ -27,8 +27,13 @@ ffi::Error CastAllCudaImpl(cudaStream_t stream, Args args, Rets rets) {
   return CudaStatus("cast_all", err);
 }
 
+ffi::Error CastAllCudaLoadImpl() { return CudaStatus("cast_all", LoadKernels(CastAllKernel)); }
+
 }  // namespace
 }  // namespace jgsess
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CastAllCudaLoad, jgsess::CastAllCudaLoadImpl,
+                              xla::ffi::Ffi::BindInstantiate());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CastAllCuda, jgsess::CastAllCudaImpl,
                               xla::ffi::Ffi::Bind()

@@ -87,8 +87,15 @@ ffi::Error GlobalNormCudaImpl(cudaStream_t stream, Buffer arena, Args args,
   return CudaStatus("global_norm");
 }
 
+ffi::Error GlobalNormCudaLoadImpl() {
+  return CudaStatus("global_norm", LoadKernels(PartialSums, Finish));
+}
+
 }  // namespace
 }  // namespace jgsess
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GlobalNormCudaLoad, jgsess::GlobalNormCudaLoadImpl,
+                              xla::ffi::Ffi::BindInstantiate());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GlobalNormCuda, jgsess::GlobalNormCudaImpl,
                               xla::ffi::Ffi::Bind()

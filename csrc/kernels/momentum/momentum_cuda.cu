@@ -59,8 +59,19 @@ ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t f
   return CudaStatus("momentum", err);
 }
 
+ffi::Error MomentumCudaLoadImpl() {
+  cudaError_t err = cudaSuccess;
+  ForEachFlags<kMomentumForms>([&]<int64_t kFlags>() {
+    if (err == cudaSuccess) err = LoadKernels(MomentumKernel<kFlags>);
+  });
+  return CudaStatus("momentum", err);
+}
+
 }  // namespace
 }  // namespace jgsess
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCudaLoad, jgsess::MomentumCudaLoadImpl,
+                              xla::ffi::Ffi::BindInstantiate());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCuda, jgsess::MomentumCudaImpl,
                               jgsess::MultiTensorBinding<xla::ffi::PlatformStream<cudaStream_t>>(),

@@ -57,8 +57,17 @@ ffi::Error ReluMaskGradCudaImpl(cudaStream_t stream, ffi::Buffer<ffi::U32> mask,
   return CudaStatus("relu_mask_grad");
 }
 
+ffi::Error ReluMaskCudaLoadImpl() {
+  return CudaStatus("relu_mask", LoadKernels(ReluMaskKernel, ReluMaskGradKernel));
+}
+
 }  // namespace
 }  // namespace jgsess
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskCudaLoad, jgsess::ReluMaskCudaLoadImpl,
+                              xla::ffi::Ffi::BindInstantiate());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskGradCudaLoad, jgsess::ReluMaskCudaLoadImpl,
+                              xla::ffi::Ffi::BindInstantiate());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskCuda, jgsess::ReluMaskCudaImpl,
                               xla::ffi::Ffi::Bind()
