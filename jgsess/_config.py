@@ -12,7 +12,8 @@ JGSESS_PREFER=memory   also take kernels that save memory at a small cost in spe
 JGSESS_BUCKETS=on|off  bucket-all-reduce: take the rewrite without measuring, or never (default:
                        where it measured faster than XLA's own all-reduces)
 JGSESS_BUCKET_MB=25    the largest all-reduce bucket, in MB (0 turns bucketing off)
-JGSESS_STRICT=1        a failure inside the pipeline raises instead of falling back to jax.jit
+JGSESS_STRICT=1        a failure inside the pipeline raises instead of falling back to jax.jit,
+                       and so does a jgsess._C that cannot be loaded
 JGSESS_VERIFY=1        check the graph's invariants after every pass (always on in the tests)
 """
 

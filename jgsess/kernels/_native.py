@@ -13,6 +13,8 @@ import warnings
 
 import jax
 
+from .. import _config
+
 # FFI registration platform -> jax lowering platform (the kernel platform, jgsess/platforms.py)
 _LOWERING_PLATFORM = {"cpu": "cpu", "CUDA": "cuda"}
 KERNEL_PLATFORMS = frozenset(_LOWERING_PLATFORM.values())
@@ -20,12 +22,18 @@ KERNEL_PLATFORMS = frozenset(_LOWERING_PLATFORM.values())
 
 @functools.cache
 def _module():
+    """jgsess._C, or None where it cannot be loaded for any reason: not built, built for another
+    system (an OSError naming a missing library symbol), failing in its own init. JGSESS_STRICT=1
+    raises the cause instead."""
     try:
         from .. import _C
-    except ImportError as err:
+    except Exception as err:  # noqa: BLE001 - any failure to load falls back to the references
+        if _config.strict():
+            raise
         warnings.warn(
-            f"jgsess._C is not built ({err}); fused nodes will run their pure-JAX references. "
-            "Build it with `pip install --no-build-isolation -e .`",
+            f"jgsess._C could not be loaded ({type(err).__name__}: {err}); fused nodes will run "
+            "their pure-JAX references. Build it on this system with "
+            "`pip install --no-build-isolation -e .` (or `make build`)",
             RuntimeWarning,
             stacklevel=3,
         )
