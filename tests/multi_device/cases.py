@@ -466,12 +466,50 @@ def _channel_split_batch_norm_step():
     return step, (params, stats, x, z)
 
 
-@pytest.mark.parametrize(
-    "make", [_fsdp_adamw_step, _data_parallel_train_step, _channel_split_batch_norm_step]
-)
-def test_sharded_steps_lower_to_the_same_calls_for_cuda(monkeypatch, make):
-    """On a faked NVIDIA GPU the partitioned kernel calls are those of the CPU program."""
+def _every_fusion_step(name: str):
+    """tests/cuda_lowering.py's representative step of a fusion, each array split over the mesh
+    on its last dimension 4 divides (a BatchNorm's channels, a matrix's columns), replicated
+    otherwise."""
     from tests import cuda_lowering
 
-    calls = cuda_lowering.assert_same_calls_for_cuda(monkeypatch, make)
-    assert calls, "no kernel call"
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+
+    def shard(a):
+        split = [d for d, n in enumerate(a.shape) if n % 4 == 0][-1:]
+        spec = [("d" if d in split else None) for d in range(a.ndim)]
+        return jax.device_put(a, NamedSharding(mesh, P(*spec)))
+
+    def make():
+        fn, args = cuda_lowering.steps()[name][0]()
+        return fn, jax.tree.map(shard, args)
+
+    make.__name__ = name
+    return make
+
+
+def _fusion_steps():
+    from tests import cuda_lowering
+
+    return [_every_fusion_step(name) for name in sorted(cuda_lowering.steps())]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_fsdp_adamw_step, _data_parallel_train_step, _channel_split_batch_norm_step, *_fusion_steps()],
+    ids=lambda make: make.__name__.strip("_"),
+)
+def test_sharded_steps_lower_to_the_same_calls_for_cuda(monkeypatch, make):
+    """On a faked NVIDIA GPU the partitioned kernel calls are those of the CPU program (cast_all:
+    on the GPU only, by its cost model; where a kernel's sharding rule declines the split, as
+    BatchNorm's for 2 channels per device, XLA partitions the reference on both)."""
+    from tests import cuda_lowering
+
+    monkeypatch.setenv("JGSESS_PREFER", "memory")  # the relu_mask kernels are taken
+    if make.__name__ in cuda_lowering.GPU_ONLY:
+        assert cuda_lowering.kernel_calls(cuda_lowering.lowered(*make(), "cpu")) == []
+        cuda_lowering.fake_gpu(monkeypatch)
+        calls = cuda_lowering.kernel_calls(cuda_lowering.lowered(*make(), "cuda"))
+    else:
+        calls = cuda_lowering.assert_same_calls_for_cuda(monkeypatch, make)
+    if make.__name__ not in cuda_lowering.steps() or "batch_norm" not in make.__name__:
+        assert calls, "no kernel call"
