@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import glob
 import re
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -76,3 +79,37 @@ def test_every_kernel_fits_its_launch_without_stack_or_spills():
         assert entry["registers"] * threads <= REGISTERS_PER_SM, (entry, threads)
     built = {e["arch"] for e in usage}
     assert built == {f"sm_{a}" for a in _native.cuda_build()["sm"]}, built
+
+
+def ptx_entries(source: str) -> dict[str, str]:
+    """Entry function (mangled name) -> its PTX body, of one .cu file compiled for compute_90."""
+    import jax.ffi
+
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    flags = ["-std=c++20", "-O3", "--fmad=false", "-DJGSESS_WITH_CUDA=1", f"-I{ROOT / 'csrc'}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "kernels.ptx"
+        cmd = [nvcc, "-ptx", "-arch=compute_90", *flags, "-isystem", jax.ffi.include_dir()]
+        subprocess.run([*cmd, str(ROOT / source), "-o", str(out)], check=True)
+        ptx = out.read_text()
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"\.entry (\w+)\(", ptx)]
+    ends = [s for s, _ in starts[1:]] + [len(ptx)]
+    return {name: ptx[s:e] for (s, name), e in zip(starts, ends)}
+
+
+WIDE_DIVISION = re.compile(r"\b(?:div|rem)\.[su]64\b")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_batch_norm_indexes_elements_without_a_64_bit_division_each():
+    """A 64-bit division is a long instruction sequence on the GPU: the channels-first statistics
+    loop steps its (row, offset) pair, and the elementwise kernels index tensors under 2^32
+    elements in 32 bits (their <unsigned int> instances; <long> serves larger ones)."""
+    entries = ptx_entries("csrc/kernels/batch_norm/batch_norm_cuda.cu")
+    names = {n: re.search(r"\d(Sums\w+?|Normalize\w*?|InputGrad\w*?)E", n) for n in entries}
+    by_kernel = {m.group(1): entries[n] for n, m in names.items() if m}
+    # SumsFirst: two per thread (its split's bounds, its first row), none per element (three
+    # with the row and offset divided out for each element)
+    assert len(WIDE_DIVISION.findall(by_kernel["SumsFirst"])) <= 2
+    for narrow in ("NormalizeIj", "InputGradIj"):
+        assert not WIDE_DIVISION.search(by_kernel[narrow]), narrow

@@ -211,8 +211,15 @@ MUTATIONS = [
     (
         "bn: channel index of the wrong dimension",
         "kernels/batch_norm/batch_norm_cuda.cu",
-        "const int64_t c = (i / s.inner) % s.channels;\n    v =",
+        "const int64_t c = ChannelOf<Index>(i, s);\n    v =",
         "const int64_t c = i % s.channels;\n    v =",
+        "batch_norm",
+    ),
+    (
+        "bn: the row not carried past a row's end",
+        "kernels/batch_norm/batch_norm_cuda.cu",
+        "      offset -= inner;\n      ++row;",
+        "      offset -= inner;",
         "batch_norm",
     ),
     (

@@ -22,6 +22,7 @@ CASES = [  # (x shape, feature axis)
     ((33, 5), 1),  # (batch, features)
     ((40, 41, 9), 2),  # more than one task, rows not a multiple of 32
     ((4, 3, 3, 64), 3),  # channels a multiple of 32: the mask keeps x's leading dimensions
+    ((3, 4, 30, 30), 1),  # NCHW, few channels: a CUDA thread steps over rows of 900
 ]
 
 

@@ -12,8 +12,9 @@ namespace {
 using F32Buffer = ffi::Buffer<ffi::F32>;
 using MaskBuffer = ffi::Buffer<ffi::U32>;
 
-constexpr int kThreads = 256;  // a multiple of 32: lane = i % 32 inside a warp
-constexpr int kLanes = 8;      // channels-last: 32 channels x 8 rows per block
+constexpr int kThreads = 256;                       // a multiple of 32: lane = i % 32 inside a warp
+constexpr int kLanes = 8;                           // channels-last: 32 channels x 8 rows per block
+constexpr int64_t kNarrowIndex = int64_t{1} << 32;  // tensors this small index in 32 bits
 
 __device__ __forceinline__ float RoundTo(Elem type, float v) {
   switch (type) {
@@ -92,8 +93,21 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t j0 = blockIdx.y * per, j1 = min(m, j0 + per);
   const float center = Center(op, c, s.inner);
   double p = 0.0, q = 0.0;
-  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-    Terms(op, (j / s.inner * s.channels + c) * s.inner + j % s.inner, center, p, q);
+  // element j of the channel is (row, offset) = (j / inner, j % inner): divided once per
+  // thread, then stepped (a 64-bit division per element is a long instruction sequence)
+  const int64_t inner = s.inner, first = j0 + threadIdx.x;
+  const unsigned threads = blockDim.x;
+  const int64_t step_rows = inner > threads ? 0 : threads / static_cast<unsigned>(inner);
+  const int64_t step_offset = inner > threads ? threads : threads % static_cast<unsigned>(inner);
+  int64_t row = first / inner, offset = first - row * inner;
+  for (int64_t j = first; j < j1; j += blockDim.x) {
+    Terms(op, (row * s.channels + c) * inner + offset, center, p, q);
+    row += step_rows;
+    offset += step_offset;
+    if (offset >= inner) {
+      offset -= inner;
+      ++row;
+    }
   }
   for (int offset = 16; offset > 0; offset /= 2) {
     p += __shfl_down_sync(0xffffffffu, p, offset);
@@ -163,6 +177,16 @@ __global__ void __launch_bounds__(kThreads)
   coef[4 * c + 2] = k.c;
 }
 
+// The channel of element i, in `Index` arithmetic: uint32_t for tensors of fewer than 2^32
+// elements (the launches pick it), whose division is a few instructions where int64_t's is a
+// long sequence.
+template <typename Index>
+__device__ __forceinline__ int64_t ChannelOf(int64_t i, const BnShape& s) {
+  return static_cast<int64_t>(static_cast<Index>(i) / static_cast<Index>(s.inner) %
+                              static_cast<Index>(s.channels));
+}
+
+template <typename Index>
 __global__ void __launch_bounds__(kThreads)
     Normalize(const void* x, Elem x_type, const void* z, BnShape s, const float* mean,
               const float* coef, const float* bias, void* y, Elem y_type, uint32_t* mask) {
@@ -170,7 +194,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t n = s.size();
   float v = 0.0f;
   if (i < n) {
-    const int64_t c = (i / s.inner) % s.channels;
+    const int64_t c = ChannelOf<Index>(i, s);
     v = RoundTo(y_type, (LoadF32(x, x_type, i) - mean[c]) * coef[4 * c] + bias[c]);
     if (z != nullptr) v = RoundTo(y_type, v + LoadF32(z, y_type, i));
     StoreF32(y, y_type, i, (v > 0.0f || v != v) ? v : 0.0f);
@@ -179,12 +203,13 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x % 32 == 0 && i < n) mask[i / 32] = bits;
 }
 
+template <typename Index>
 __global__ void __launch_bounds__(kThreads)
     InputGrad(const void* dy, Elem dy_type, const void* x, Elem x_type, const uint32_t* mask,
               BnShape s, const float* mean, const float* coef, void* dx) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= s.size()) return;
-  const int64_t c = (i / s.inner) % s.channels;
+  const int64_t c = ChannelOf<Index>(i, s);
   const float g = Bit(mask, i) ? LoadF32(dy, dy_type, i) : 0.0f;
   const float a = coef[4 * c], b = coef[4 * c + 1], k = coef[4 * c + 2];
   StoreF32(dx, x_type, i, a * (g - b - (LoadF32(x, x_type, i) - mean[c]) * k));
@@ -224,8 +249,9 @@ ffi::Error Forward(cudaStream_t stream, Buffer& arena, Buffer& x, F32Buffer& sca
   JGSESS_LAUNCH(FinishForward, Blocks(s.channels, kThreads), kThreads, 0, stream)(
       work->partial, x.untyped_data(), xt, s, BnSplits(s), scale.typed_data(), eps,
       mean.typed_data(), var.typed_data(), work->coef);
+  const auto normalize = s.size() < kNarrowIndex ? Normalize<uint32_t> : Normalize<int64_t>;
   if (s.size() > 0) {
-    JGSESS_LAUNCH(Normalize, Blocks(s.size(), kThreads), kThreads, 0, stream)(
+    JGSESS_LAUNCH(normalize, Blocks(s.size(), kThreads), kThreads, 0, stream)(
         x.untyped_data(), xt, z != nullptr ? z->untyped_data() : nullptr, s, mean.typed_data(),
         work->coef, bias.typed_data(), y.untyped_data(), yt, mask.typed_data());
   }
@@ -252,8 +278,9 @@ ffi::Error Backward(cudaStream_t stream, Buffer& arena, Buffer& dy, Buffer& x, F
   JGSESS_LAUNCH(FinishBackward, Blocks(s.channels, kThreads), kThreads, 0, stream)(
       work->partial, s, BnSplits(s), scale.typed_data(), var.typed_data(), eps, dscale.typed_data(),
       dbias.typed_data(), work->coef);
+  const auto input_grad = s.size() < kNarrowIndex ? InputGrad<uint32_t> : InputGrad<int64_t>;
   if (s.size() > 0) {
-    JGSESS_LAUNCH(InputGrad, Blocks(s.size(), kThreads), kThreads, 0, stream)(
+    JGSESS_LAUNCH(input_grad, Blocks(s.size(), kThreads), kThreads, 0, stream)(
         dy.untyped_data(), gt, x.untyped_data(), xt, mask.typed_data(), s, mean.typed_data(),
         work->coef, dx.untyped_data());
   }
@@ -299,8 +326,10 @@ ffi::Error BatchNormAddReluGradCudaImpl(cudaStream_t stream, Buffer arena, Buffe
 }
 
 ffi::Error BatchNormCudaLoadImpl() {
-  return CudaStatus("batch_norm_relu", LoadKernels(SumsLast, SumsFirst, FinishForward,
-                                                   FinishBackward, Normalize, InputGrad));
+  return CudaStatus(
+      "batch_norm_relu",
+      LoadKernels(SumsLast, SumsFirst, FinishForward, FinishBackward, Normalize<uint32_t>,
+                  Normalize<int64_t>, InputGrad<uint32_t>, InputGrad<int64_t>));
 }
 
 }  // namespace
