@@ -42,6 +42,17 @@ cudaError_t LoadKernels(Kernels*... kernels) {
   return err;
 }
 
+// The binding of a CUDA handler's instantiate stage, which loads its kernels (`load`): it reads
+// nothing of the call, whose operands and attributes some XLA versions pass to it.
+inline auto LoadBinding() {
+  return ffi::Ffi::BindInstantiate().RemainingArgs().RemainingRets().Attrs();
+}
+
+template <ffi::Error (*kLoad)()>
+ffi::Error Load(Args, Rets, ffi::Dictionary) {
+  return kLoad();
+}
+
 constexpr int64_t kCudaChunk = 65536;
 constexpr int kCudaBlock = 512;
 

@@ -76,12 +76,13 @@ constexpr auto Binding() {
       .Ret<ffi::Buffer<ffi::F32>>();
 }
 
-ffi::Error Load() { return CudaStatus("neighbors", LoadKernels(Neighbors)); }
+ffi::Error LoadNeighbors() { return CudaStatus("neighbors", LoadKernels(Neighbors)); }
 
 }  // namespace
 }  // namespace jgsess
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(BrokenLoad, jgsess::Load, xla::ffi::Ffi::BindInstantiate());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BrokenLoad, jgsess::Load<jgsess::LoadNeighbors>,
+                              jgsess::LoadBinding());
 
 #define JGSESS_BROKEN(name, kind) \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(name, jgsess::Run<kind>, jgsess::Binding<kind>())

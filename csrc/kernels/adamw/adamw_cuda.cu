@@ -79,8 +79,8 @@ ffi::Error AdamwCudaLoadImpl() {
 }  // namespace
 }  // namespace jgsess
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AdamwCudaLoad, jgsess::AdamwCudaLoadImpl,
-                              xla::ffi::Ffi::BindInstantiate());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AdamwCudaLoad, jgsess::Load<jgsess::AdamwCudaLoadImpl>,
+                              jgsess::LoadBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AdamwCuda, jgsess::AdamwCudaImpl,
                               jgsess::MultiTensorBinding<xla::ffi::PlatformStream<cudaStream_t>>(),

@@ -335,9 +335,9 @@ ffi::Error BatchNormCudaLoadImpl() {
 }  // namespace
 }  // namespace jgsess
 
-#define JGSESS_BN_LOAD(name)                                         \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(name, jgsess::BatchNormCudaLoadImpl, \
-                                xla::ffi::Ffi::BindInstantiate())
+#define JGSESS_BN_LOAD(name)                                                       \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(name, jgsess::Load<jgsess::BatchNormCudaLoadImpl>, \
+                                jgsess::LoadBinding())
 JGSESS_BN_LOAD(BatchNormReluCudaLoad);
 JGSESS_BN_LOAD(BatchNormAddReluCudaLoad);
 JGSESS_BN_LOAD(BatchNormReluGradCudaLoad);

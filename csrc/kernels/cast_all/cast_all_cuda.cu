@@ -32,8 +32,8 @@ ffi::Error CastAllCudaLoadImpl() { return CudaStatus("cast_all", LoadKernels(Cas
 }  // namespace
 }  // namespace jgsess
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(CastAllCudaLoad, jgsess::CastAllCudaLoadImpl,
-                              xla::ffi::Ffi::BindInstantiate());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CastAllCudaLoad, jgsess::Load<jgsess::CastAllCudaLoadImpl>,
+                              jgsess::LoadBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CastAllCuda, jgsess::CastAllCudaImpl,
                               xla::ffi::Ffi::Bind()

@@ -94,8 +94,8 @@ ffi::Error GlobalNormCudaLoadImpl() {
 }  // namespace
 }  // namespace jgsess
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(GlobalNormCudaLoad, jgsess::GlobalNormCudaLoadImpl,
-                              xla::ffi::Ffi::BindInstantiate());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(GlobalNormCudaLoad, jgsess::Load<jgsess::GlobalNormCudaLoadImpl>,
+                              jgsess::LoadBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(GlobalNormCuda, jgsess::GlobalNormCudaImpl,
                               xla::ffi::Ffi::Bind()

@@ -70,8 +70,8 @@ ffi::Error MomentumCudaLoadImpl() {
 }  // namespace
 }  // namespace jgsess
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCudaLoad, jgsess::MomentumCudaLoadImpl,
-                              xla::ffi::Ffi::BindInstantiate());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCudaLoad, jgsess::Load<jgsess::MomentumCudaLoadImpl>,
+                              jgsess::LoadBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MomentumCuda, jgsess::MomentumCudaImpl,
                               jgsess::MultiTensorBinding<xla::ffi::PlatformStream<cudaStream_t>>(),

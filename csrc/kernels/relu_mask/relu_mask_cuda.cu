@@ -64,10 +64,10 @@ ffi::Error ReluMaskCudaLoadImpl() {
 }  // namespace
 }  // namespace jgsess
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskCudaLoad, jgsess::ReluMaskCudaLoadImpl,
-                              xla::ffi::Ffi::BindInstantiate());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskGradCudaLoad, jgsess::ReluMaskCudaLoadImpl,
-                              xla::ffi::Ffi::BindInstantiate());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskCudaLoad, jgsess::Load<jgsess::ReluMaskCudaLoadImpl>,
+                              jgsess::LoadBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskGradCudaLoad, jgsess::Load<jgsess::ReluMaskCudaLoadImpl>,
+                              jgsess::LoadBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ReluMaskCuda, jgsess::ReluMaskCudaImpl,
                               xla::ffi::Ffi::Bind()
