@@ -244,14 +244,22 @@ class Incomparable:
 def test_a_static_argument_whose_eq_raises_is_a_value_error_as_with_jax_jit():
     """jax's caches compare static arguments and turn the user's exception into a ValueError
     (which of its caches compares first depends on what ran before); jgsess's record of what
-    it compiled lets jax's error through, not the user's."""
-    for jit in (jgsess.jit, jax.jit):
+    it compiled lets jax's behaviour through, not the user's error: also after
+    jax.clear_caches(), where jax 0.10 compares nothing and jax 0.7 raises the user's error."""
+
+    def outcome(jit) -> str:
         fun = jit(lambda x, s: x * 2, static_argnums=1)
         with pytest.raises(ValueError):
             fun(rand((3,)), Incomparable())
             fun(rand((3,)), Incomparable())
-        jax.clear_caches()  # jax compares nothing now: neither may jgsess's record
-        assert_trees_close(fun(rand((3,)), Incomparable()), rand((3,)) * 2)
+        jax.clear_caches()
+        try:
+            assert_trees_close(fun(rand((3,)), Incomparable()), rand((3,)) * 2)
+        except Exception as err:  # noqa: BLE001 - the behaviour compared, whatever it is
+            return type(err).__name__
+        return "ran"
+
+    assert outcome(jgsess.jit) == outcome(jax.jit)
 
 
 def test_methods_bind_self():

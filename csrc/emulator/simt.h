@@ -18,7 +18,8 @@
 //                   and surrounded by canary bytes (checked after the call)
 //   shared memory   a location written by one thread and read or written by another between
 //                   the same two barriers (every access traps: the shared section is protected
-//                   and each access single-stepped; x86-64 Linux). Shared memory starts poisoned.
+//                   and each access single-stepped; x86-64 Linux) in the first 16 blocks a
+//                   launch runs (its order is shuffled). Shared memory starts poisoned.
 //                   GCC drops the section attribute __shared__ expands to from static locals of
 //                   function templates: a kernel with __shared__ variables must not be a template
 //   barriers        a __syncthreads that not every thread of the block reaches
