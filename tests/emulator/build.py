@@ -50,12 +50,10 @@ def target() -> Path:
     return OUT / f"_simt{sysconfig.get_config_var('EXT_SUFFIX')}"
 
 
-def compile_one(source: Path, objects: Path, csrc: Path) -> str:
+def compile_one(source: Path, objects: Path, csrc: Path, headers_mtime: float) -> str:
     """`source`'s object in `objects` (kept while newer than the source and every header)."""
     obj = objects / (source.name + ".o")
-    headers = [p for p in csrc.rglob("*") if p.suffix in (".h", ".cuh")]
-    newest = max(p.stat().st_mtime for p in [source, *headers])
-    if obj.exists() and obj.stat().st_mtime > newest:
+    if obj.exists() and obj.stat().st_mtime > max(source.stat().st_mtime, headers_mtime):
         return str(obj)
     cuda = ["-x", "c++", "-include", "emulator/simt.h"] if source.suffix == ".cu" else []
     includes = [f"-I{csrc / 'emulator/cuda'}", f"-I{csrc}"]
@@ -68,8 +66,9 @@ def build(csrc: Path = CSRC, objects: Path = ROOT / "build" / "simt", out=None) 
     """Builds the extension from the sources under `csrc` (objects kept in `objects`) into `out`
     (default: tests/emulator/); returns its path."""
     objects.mkdir(parents=True, exist_ok=True)
+    headers = max(p.stat().st_mtime for p in csrc.rglob("*") if p.suffix in (".h", ".cuh"))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        built = list(pool.map(lambda s: compile_one(csrc / s, objects, csrc), SOURCES))
+        built = list(pool.map(lambda s: compile_one(csrc / s, objects, csrc, headers), SOURCES))
     path = Path(out) if out is not None else target()
     subprocess.run([os.environ.get("CXX", "g++"), "-shared", *built, "-o", str(path)], check=True)
     return path

@@ -6,16 +6,8 @@ runs the CUDA handlers: emulated, and on a real GPU where there is one."""
 import jax
 import pytest
 
+from tests.conftest import _has_gpu
 from tests.emulator import simt
-
-
-def _gpu():
-    try:
-        import jgsess._C as native
-
-        return jax.devices("gpu")[0] if native.has_cuda() else None
-    except Exception:  # noqa: BLE001 - no GPU backend
-        return None
 
 
 @pytest.fixture(params=["cpu", "simt"])
@@ -30,7 +22,6 @@ def cuda_device(kernels):
     """The device a CUDA test runs on: None (the CPU's, under the emulator) or the GPU."""
     if kernels == "simt":
         return None
-    gpu = _gpu()
-    if gpu is None:
+    if not _has_gpu():
         pytest.skip("needs a CUDA device and jgsess built with CUDA (ran emulated)")
-    return gpu
+    return jax.devices("gpu")[0]
