@@ -29,6 +29,10 @@ from . import _compat, _config, platforms
 from .report import Report
 from .session import Session, compile_jaxpr
 
+# the body's frames (its call and its trace of the user's function) stay out of the tracebacks
+# of errors raised in user code, as jax.jit's own frames do
+_compat.hide_from_tracebacks(__file__)
+
 # jax.jit's parameters. jgsess reads the donation and static ones itself (to know which leaves
 # are donated); the others only concern jax.jit, which gets every option as given.
 _SIGNATURE = inspect.signature(jax.jit)
@@ -83,23 +87,23 @@ class _Body:
     `__wrapped__` is `fun` (jax takes the signature, name and source line from it), held weakly.
     """
 
+    _weakly_referenceable = True
+
     def __init__(
-        self,
-        fun: Callable,
-        donated: tuple[frozenset, frozenset],
-        plan: bool = False,
-        reports: _Body | None = None,
-        compiler_options: tuple = (),
-        pinned=None,
+        self, fun: Callable, options: dict, plan: bool = False, reports: _Body | None = None
     ):
         try:
             self._ref = weakref.ref(fun)
-        except TypeError:  # not weakly referenceable: held strongly, never cached
+        except TypeError:  # held strongly, never cached; jax.jit raises when it is called
             self._ref = lambda: fun
-        self._donate_nums, self._donate_names = donated
+            self._weakly_referenceable = False
+        self._options = options  # jax.jit's, as given: `fun` is traced under them
+        self._donate_nums, self._donate_names = _donation(fun, options)
         self._plan = plan  # compute the whole-program memory plan (report, dumps)
-        self._compiler_options = compiler_options  # jax.jit's, as sorted (name, value) pairs
-        self._pinned = pinned  # the device jax.jit's options place the program on, or None
+        # jax.jit's compiler options, as sorted (name, value) pairs
+        self._compiler_options = tuple(sorted((options.get("compiler_options") or {}).items()))
+        # the device jax.jit's options place the program on, or None
+        self._pinned = platforms.pinned_device(options)
         self._warned = plan  # a report states a fallback itself
         self.sessions: list[Session] | None = [] if plan else None
         # signatures (see _signature) this body has compiled; a report's body (`reports`: the
@@ -120,14 +124,52 @@ class _Body:
         # the cycle collector is off while the program is traced and optimized: the pipeline
         # makes many small objects, and the collections they triggered (each walking every
         # object jax holds) took half its time on large programs
+        if not self._weakly_referenceable:
+            weakref.ref(self._ref())  # jax.jit's TypeError: "cannot create weak reference ..."
         collecting = gc.isenabled()
         gc.disable()
         try:
-            fun = self._ref()
             flat, treedef = jax.tree.flatten((args, kwargs))
             dynamic = [i for i, leaf in enumerate(flat) if isinstance(leaf, jax.Array)]
             donated = self._donated(args, kwargs)
-            tracers = [flat[i] for i in dynamic]
+            signature = _signature(treedef, flat, dynamic)
+            start = time.perf_counter()
+            closed, lifted, out_tree = self._trace(args, kwargs, flat, treedef, dynamic)
+            traced = time.perf_counter() - start
+            outs, session = self._run(
+                closed,
+                [False] * len(lifted) + [donated[i] for i in dynamic],
+                None
+                if self._reports is not None and _contains(self._reports.compiled, signature)
+                else traced,
+                lifted + [flat[i] for i in dynamic],
+            )
+            _add(self.compiled, signature)
+            session.seconds = {"trace": traced, **session.seconds}
+            _record(session.seconds)
+            if self.sessions is not None:
+                self.sessions.append(session)
+            return jax.tree.unflatten(out_tree, outs)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _trace(self, args: tuple, kwargs: dict, flat: list, treedef, dynamic: list[int]):
+        """`fun`'s jaxpr on these arguments, traced as `jax.jit(fun, **options)` traces it: a
+        trace jax already holds (from `jax.eval_shape(fun)`, `jax.jit(fun)` or an earlier
+        jgsess.jit body) is reused, and one made here serves them. Returns the ClosedJaxpr
+        (inputs: the enclosing traces' tracers it closes over, then the arrays), those tracers
+        and the results' tree.
+
+        Static arguments whose `__eq__` raises are closed over instead: jax's caches would
+        compare them with jax.jit's own entry for this call (equal hashes) and raise, where
+        jax.jit, looking them up once, runs."""
+        fun, arrays = self._ref(), set(dynamic)
+        if all(_comparable(leaf) for i, leaf in enumerate(flat) if i not in arrays):
+            with warnings.catch_warnings():  # jax.jit's option warnings came with jgsess.jit
+                warnings.simplefilter("ignore")
+                traceable = jax.jit(fun, **self._options)
+        else:
 
             def flat_fun(*values):
                 leaves = list(flat)
@@ -136,31 +178,13 @@ class _Body:
                 a, k = jax.tree.unflatten(treedef, leaves)
                 return fun(*a, **k)
 
-            signature = _signature(treedef, flat, dynamic)
-            start = time.perf_counter()
-            # jax explains cache misses of the traced function (this body, named as fun), not
-            # of the pipeline's own traces
-            with jax.explain_cache_misses(False):
-                closed, out_shape = jax.make_jaxpr(flat_fun, return_shape=True)(*tracers)
-            closed, lifted = _lift_traced_consts(closed)
-            traced = time.perf_counter() - start
-            outs, session = self._run(
-                closed,
-                [False] * len(lifted) + [donated[i] for i in dynamic],
-                None
-                if self._reports is not None and _contains(self._reports.compiled, signature)
-                else traced,
-                lifted + tracers,
-            )
-            _add(self.compiled, signature)
-            session.seconds = {"trace": traced, **session.seconds}
-            _record(session.seconds)
-            if self.sessions is not None:
-                self.sessions.append(session)
-            return jax.tree.unflatten(jax.tree.structure(out_shape), outs)
-        finally:
-            if collecting:
-                gc.enable()
+            traceable = jax.jit(flat_fun)
+            args, kwargs = [flat[i] for i in dynamic], {}
+        # jax explains cache misses of the traced function (this body, named as fun), not of
+        # the pipeline's own traces
+        with jax.explain_cache_misses(False):
+            traced = traceable.trace(*args, **kwargs)
+        return traced.jaxpr, _compat.traced_consts(traced), jax.tree.structure(traced.out_info)
 
     def _donated(self, args: tuple, kwargs: dict) -> list[bool]:
         """Per leaf of (args, kwargs): whether it is donated."""
@@ -257,6 +281,14 @@ def _copy_names(fun: Callable, body) -> None:
     body.__annotations__ = getattr(fun, "__annotations__", {})
 
 
+def _comparable(leaf) -> bool:
+    try:
+        leaf == leaf  # noqa: B015, PLR0124 - whether the user's __eq__ raises
+    except Exception:  # noqa: BLE001 - the user's __eq__, whatever it raises
+        return False
+    return True
+
+
 def _hashable(leaf):
     try:
         hash(leaf)
@@ -273,37 +305,27 @@ def _record(seconds: dict[str, float]) -> None:
     jax.monitoring.record_event_duration_secs("/jgsess/pipeline_duration", sum(seconds.values()))
 
 
-def _lift_traced_consts(closed):
-    """Constants that are tracers of an enclosing trace (values `fun` closes over under an outer
-    grad, vmap or jit) become leading inputs: passes only ever see concrete constants."""
-    traced = [isinstance(c, _compat.Tracer) for c in closed.consts]
-    if not any(traced):
-        return closed, []
-    jaxpr = closed.jaxpr
-    keep = [(v, c) for v, c, t in zip(jaxpr.constvars, closed.consts, traced) if not t]
-    lift = [(v, c) for v, c, t in zip(jaxpr.constvars, closed.consts, traced) if t]
-    new = jaxpr.replace(
-        constvars=[v for v, _ in keep], invars=[v for v, _ in lift] + list(jaxpr.invars)
-    )
-    return _compat.ClosedJaxpr(new, [c for _, c in keep]), [c for _, c in lift]
-
-
-# fun -> {(donation, compiler options, pinned device): its _Body}; the body holds fun weakly
+# fun -> {its jax.jit options, frozen: its _Body}; the body holds fun weakly
 _BODIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _body(fun: Callable, donated: tuple[frozenset, frozenset], options: dict) -> _Body:
-    compiler_options = tuple(sorted((options.get("compiler_options") or {}).items()))
-    pinned = platforms.pinned_device(options)
-    make = functools.partial(_Body, fun, donated, compiler_options=compiler_options, pinned=pinned)
+def _body(fun: Callable, options: dict) -> _Body:
+    """The body of `fun` under these options: one per (fun, options), so that every
+    jgsess.jit(fun, **options) shares jax's trace and executable caches, as jax.jit's do."""
     try:
+        key = tuple(sorted((name, _frozen(value)) for name, value in options.items()))
         bodies = _BODIES.setdefault(fun, {})
-    except TypeError:  # not hashable or not weakly referenceable
-        return make()
-    key = (donated, compiler_options, pinned)
-    if key not in bodies:
-        bodies[key] = make()
-    return bodies[key]
+        body = bodies.get(key)
+    except TypeError:  # fun or an option not hashable, or fun not weakly referenceable
+        return _Body(fun, options)
+    if body is None:
+        body = bodies[key] = _Body(fun, options)
+    return body
+
+
+def _frozen(value):
+    leaves, treedef = jax.tree.flatten(value)
+    return treedef, tuple(leaves)
 
 
 def jit(fun=_SIGNATURE.parameters["fun"].default, /, **options):
@@ -338,7 +360,7 @@ def jit(fun=_SIGNATURE.parameters["fun"].default, /, **options):
     with warnings.catch_warnings():  # jax.jit's errors for a bad function or bad options;
         warnings.simplefilter("ignore")  # its warnings come once, from the jax.jit below
         plain = jax.jit(fun, **options)
-    body = _body(fun, _donation(fun, options), options)
+    body = _body(fun, options)
     jitted = jax.jit(body, **options)
     jitted.__wrapped__ = fun
     jitted._jgsess_body = body
@@ -356,15 +378,7 @@ def _report(fun, compiled: _Body, options, plain, *args, **kwargs) -> Report:
     arguments `compiled` has already compiled, the decisions that program was compiled with:
     kernels it left unmeasured stay unmeasured here (their measurement would change the
     program, not report it)."""
-    donated = (compiled._donate_nums, compiled._donate_names)
-    body = _Body(
-        fun,
-        donated,
-        plan=True,
-        reports=compiled,
-        compiler_options=compiled._compiler_options,
-        pinned=compiled._pinned,
-    )
+    body = _Body(fun, compiled._options, plan=True, reports=compiled)
     fused = jax.jit(body, **options)
     fused.trace(*args, **kwargs)
     return Report(body.sessions[-1], fused, plain, args, kwargs)

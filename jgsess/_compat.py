@@ -4,8 +4,10 @@ Everything jgsess needs from jax's jaxpr machinery goes through here, so a jax r
 or renames something means one edit: the classes, the names of the call-like primitives and
 of their params (nested `jit`, custom derivatives), the params that change between releases
 (`out_dtype`, `sharding`, ...). Sub-jaxprs are found by type. No other module names these
-(tests/test_vocabulary.py). Only public modules are used: `jax.extend.core`, `jax.ffi`,
-`jax.interpreters.{ad,batching,mlir}`.
+(tests/test_vocabulary.py). The modules used are public (`jax.extend.core`, `jax.ffi`,
+`jax.interpreters.{ad,batching,mlir}`) but for three private names jax offers no public form of,
+each with its reason below: the registry of primitives that need devices at lowering time,
+the tracers a `Traced` closed over, and the registry of files hidden from tracebacks.
 """
 
 from __future__ import annotations
@@ -88,6 +90,26 @@ def shard_map_call(params: dict, body, args) -> list:
     return list(mapped(*args))
 
 
+def hide_from_tracebacks(path: str) -> None:
+    """Hide `path`'s frames from the tracebacks of errors raised through jax.jit, as jax hides
+    its own (flax does the same): an error in user code shows the user's frames only.
+    JAX_TRACEBACK_FILTERING=off shows every frame."""
+    from jax._src import traceback_util
+
+    traceback_util.register_exclusion(path)
+
+
+def traced_consts(traced) -> list:
+    """The values a `jax.jit(...).trace(...)` turned into leading inputs of its jaxpr: tracers
+    of enclosing traces (grad, vmap, jit) that the function closes over. `jax.make_jaxpr`
+    reads the same private fields."""
+    count = traced._num_consts
+    if not count:
+        return []
+    consts = getattr(traced, "_consts", None)  # jax >= 0.8; 0.7 keeps them with the arguments
+    return list(consts if consts is not None else traced._args_flat[:count])
+
+
 def jaxpr_as_fun(closed):
     """A callable that evaluates `closed` by binding its equations."""
     return jex.jaxpr_as_fun(closed)
@@ -142,6 +164,16 @@ def plain_jit_body(name: str, params: dict):
         and not params.get("compiler_options_kvs")
     )
     return params[JIT_BODY] if plain else None
+
+
+# primitives whose bodies are a contract with backends that match the call by name (a
+# `jax.lax.composite`'s decomposition): they pass through as the user wrote them
+_KEPT_BODIES = frozenset({"composite"})
+
+
+def keeps_body(name: str) -> bool:
+    """Whether an equation's sub-jaxprs must reach XLA untouched."""
+    return name in _KEPT_BODIES
 
 
 def region_body(name: str, params: dict):

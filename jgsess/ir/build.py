@@ -10,7 +10,8 @@ Nested `jit` calls are inlined when they carry no sharding, layout or compiler o
 every output is computed inside them.
 Sub-jaxprs (params holding ClosedJaxprs, found by type: `cond`, `while`, `scan`, a `jit` kept
 whole, ...) become sub-graphs that the passes optimize too; the bodies of custom-derivative
-calls that are not inlined pass through untouched. `_compat` knows which primitive is which.
+calls that are not inlined, and composites' decompositions, pass through untouched. `_compat`
+knows which primitive is which.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def _build_eqns(graph: Graph, eqns, env: dict, region: Region | None) -> None:
             inner.outputs = list(outputs)
             graph.add_region(inner)
         else:
-            subjaxprs = {} if body is not None else _compat.sub_jaxprs(name, eqn.params)
+            kept = body is not None or _compat.keeps_body(name)
+            subjaxprs = {} if kept else _compat.sub_jaxprs(name, eqn.params)
             subgraphs = {key: _subgraphs(sub) for key, sub in subjaxprs.items()}
             node = Node(
                 eqn.primitive,
