@@ -42,13 +42,8 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("second_chunks"),
         "the call (0 or 1) of each chunk a second call's thread ran, in order, while the first "
         "call's thread held its first chunk (tests)");
-  m.def(
-      "wait_for_held_chunk",
-      [](int64_t chunks, double hold_seconds) {
-        auto waiting = jgsess::WaitForHeldChunk(chunks, hold_seconds);
-        return pybind11::make_tuple(waiting.cpu_seconds, waiting.wall_seconds);
-      },
-      pybind11::arg("chunks"), pybind11::arg("hold_seconds"),
-      "(the calling thread's CPU seconds, wall seconds) of a ParallelFor call whose helper "
-      "holds one chunk for `hold_seconds` (tests)");
+  m.def("parks_waiting_for_held_chunk", &jgsess::ParksWaitingForHeldChunk,
+        pybind11::arg("chunks"), pybind11::arg("pool_threads"), pybind11::arg("hold_seconds"),
+        "how many times a ParallelFor call's thread slept (rather than spun) waiting for a chunk "
+        "a pool thread held for `hold_seconds` (tests)");
 }

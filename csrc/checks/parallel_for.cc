@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <ctime>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -58,12 +57,6 @@ class TestPool {
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };
-
-double ThreadCpuSeconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // Yields until all `chunks` chunks but the one running this have run (`others_done` of them),
 // or 10 s pass: the held chunk keeps its thread, so other threads must run the rest.
@@ -139,12 +132,11 @@ std::vector<int> SecondThreadOrder(int64_t first_chunks, int64_t second_chunks) 
   return order;
 }
 
-Waiting WaitForHeldChunk(int64_t chunks, double hold_seconds) {
-  TestPool pool(2);
+int64_t ParksWaitingForHeldChunk(int64_t chunks, int pool_threads, double hold_seconds) {
+  TestPool pool(pool_threads);
   const std::thread::id own = std::this_thread::get_id();
   std::atomic<bool> held{false};
-  const double cpu = ThreadCpuSeconds();
-  const auto start = std::chrono::steady_clock::now();
+  const int64_t parked = Jobs::Get().parked();
   ParallelFor(pool, chunks, [&](int64_t) {
     if (std::this_thread::get_id() == own) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the helper starts meanwhile
@@ -152,8 +144,7 @@ Waiting WaitForHeldChunk(int64_t chunks, double hold_seconds) {
       std::this_thread::sleep_for(std::chrono::duration<double>(hold_seconds));
     }
   });
-  const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
-  return {ThreadCpuSeconds() - cpu, wall.count()};
+  return Jobs::Get().parked() - parked;
 }
 
 }  // namespace jgsess

@@ -26,15 +26,10 @@ ChunkRuns SharedChunkRuns(const std::vector<int64_t>& chunks, int pool_threads, 
 // starts meanwhile on a second thread. The call of each chunk the second thread ran, in order.
 std::vector<int> SecondThreadOrder(int64_t first_chunks, int64_t second_chunks);
 
-// What a call's own thread spends while it waits for another thread's last chunk.
-struct Waiting {
-  double cpu_seconds;   // the calling thread's CPU time in the call
-  double wall_seconds;  // the call's duration
-};
-
-// One ParallelFor call of `chunks` chunks with a helper on a pool of two threads; the first chunk
-// the helper runs sleeps `hold_seconds`, so the calling thread runs the rest (sleeping 1 ms in
-// each) and then waits.
-Waiting WaitForHeldChunk(int64_t chunks, double hold_seconds);
+// One ParallelFor call of `chunks` chunks on a pool of `pool_threads`; the first chunk a pool
+// thread runs sleeps `hold_seconds`, while the calling thread runs the rest (sleeping 1 ms in
+// each). How many times the calling thread slept waiting for the held chunk (parked, counted by
+// the pool) rather than spinning on it.
+int64_t ParksWaitingForHeldChunk(int64_t chunks, int pool_threads, double hold_seconds);
 
 }  // namespace jgsess

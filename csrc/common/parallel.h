@@ -113,6 +113,13 @@ class Jobs {
     jobs_.erase(std::find_if(jobs_.begin(), jobs_.end(),
                              [job](const std::shared_ptr<Job>& j) { return j.get() == job; }));
   }
+  // How many times a call's thread has slept waiting for its chunks on other threads.
+  int64_t parked() const { return parked_.load(std::memory_order_relaxed); }
+  void Park(Job& job) {
+    parked_.fetch_add(1, std::memory_order_relaxed);
+    job.Wait();
+  }
+
   // The oldest call in progress with chunks left to claim, or null.
   std::shared_ptr<Job> Claimable() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -125,6 +132,7 @@ class Jobs {
  private:
   std::mutex mutex_;
   std::vector<std::shared_ptr<Job>> jobs_;
+  std::atomic<int64_t> parked_{0};
 };
 
 // A helper on the pool: runs the oldest call's chunks until no call has any left.
@@ -162,7 +170,7 @@ void ParallelFor(Pool& pool, int64_t n, F body) {
     } else if (++idle < kYieldsBeforeSleep) {
       std::this_thread::yield();
     } else {
-      job->Wait();
+      Jobs::Get().Park(*job);
     }
   }
   Jobs::Get().Remove(job.get());

@@ -233,9 +233,9 @@ def test_bit_mask_residuals_lower_xla_memory(monkeypatch):
         assert ours["temp"] + ours["output"] < theirs["temp"] + theirs["output"], name
 
 
-def test_allocator_places_twenty_thousand_buffers_in_under_a_second():
+def test_allocator_places_twenty_thousand_buffers_by_the_heap_method():
+    # its time on large programs shows in benchmarks/compile_time.py (no timing in tests)
     import random
-    import time
 
     rng = random.Random(0)
     bufs = []
@@ -243,9 +243,7 @@ def test_allocator_places_twenty_thousand_buffers_in_under_a_second():
         start = rng.randrange(20_000)
         end = start + rng.randrange(50)
         bufs.append(Buffer(f"b{i}", 64 * rng.randint(1, 1000), start, end, "intermediate"))
-    began = time.process_time()
     placed, peak, method = allocate(bufs)
-    assert time.process_time() - began < 1.0
     assert method == "heap" and len(placed) == len(bufs)
     events = sorted(bufs, key=lambda b: b.start)
     live = []  # spot-check: buffers live together never share bytes
