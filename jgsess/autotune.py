@@ -9,13 +9,14 @@ device, with the node's shapes, dtypes and static params, and keeps the faster:
 Each side is compiled alone and run on random operands, interleaved, 5 to 51 times (about
 50 ms each; the median counts). A compilation starts no new measurement once it has measured
 for a quarter of the time its function took to trace (or `JGSESS_AUTOTUNE_BUDGET` seconds); the
-first always runs (~0.2 s for a BatchNorm node on a 2-core CPU). Past it, the cost model decides
-(a BatchNorm fusion, which has none, is left to XLA), and the nodes left unmeasured are measured
-by later compilations. Decisions are cached in memory
+first always runs. Past it, the cost model decides every node left over (the report lists them
+as "not measured yet"), and later compilations measure them. Decisions are cached in memory
 and in a JSON file keyed by the kernel, operand shapes and dtypes, static params, platform, device
 kind and the jgsess and jax versions, so the next process does not measure again.
 
-JGSESS_AUTOTUNE=0|1          measure (default 1); 0: the cost model decides
+JGSESS_AUTOTUNE=1|0|cached   1 (default): measure; 0: the cost model decides; cached: decisions
+                             cached earlier, else the cost model, never measuring (runs that
+                             must be the same bit for bit from the first compile on)
 JGSESS_AUTOTUNE_CACHE=path   the cache file (default ~/.cache/jgsess/autotune.json)
 JGSESS_AUTOTUNE_BUDGET=s     seconds of measuring per compiled function (default: a quarter of
                              its trace time)
@@ -63,8 +64,12 @@ class Measurement:
         return f"{source}: kernel {self.kernel_s * 1e3:.3f} ms, xla {self.xla_s * 1e3:.3f} ms"
 
 
-def enabled() -> bool:
-    return os.environ.get("JGSESS_AUTOTUNE", "1").strip().lower() not in ("0", "off", "false")
+def mode() -> str:
+    """JGSESS_AUTOTUNE as "measure", "off" or "cached"."""
+    setting = os.environ.get("JGSESS_AUTOTUNE", "1").strip().lower()
+    if setting == "cached":
+        return "cached"
+    return "off" if setting in ("0", "off", "false") else "measure"
 
 
 def cache_path() -> str:
@@ -204,21 +209,30 @@ def measure(kernel, xla, operands, platform: str) -> tuple[float, float]:
     return statistics.median(times[0]), statistics.median(times[1])
 
 
+# why a decision was not measured (decide's answer then); the cost model decides instead
+UNMEASURED_YET = "not measured yet (this compilation's measuring budget was spent)"
+
+
 def decide(
     kernel: str, key: str, sides, platform: str, log: list, budget: float
-) -> Measurement | None:
+) -> Measurement | str:
     """The cached decision under `key`, else one measured now with `sides()` (-> kernel
-    function, XLA function, operands); None where measuring is off or this compilation's
-    `budget` (seconds) is spent. `log` collects the compilation's decisions (the report prints
-    them). A platform this process has no device of is never measured (a program lowered for
-    another machine)."""
-    if not enabled() or not platforms.has_devices(platform):
-        return None
+    function, XLA function, operands), else why there is none: measuring is off, only cached
+    decisions are used, this compilation's `budget` (seconds) is spent (`UNMEASURED_YET`), or
+    the platform has no device in this process (a program lowered for another machine). `log`
+    collects the compilation's decisions (the report prints them)."""
+    setting = mode()
+    if setting == "off":
+        return "not measured (JGSESS_AUTOTUNE=0)"
+    if not platforms.has_devices(platform):
+        return f"not measured (no {platform} device in this process)"
     entry = _load().get(key)
     if entry is not None:
         found = Measurement(kernel, key, entry["kernel_s"], entry["xla_s"], cached=True)
+    elif setting == "cached":
+        return "not measured (JGSESS_AUTOTUNE=cached, none cached)"
     elif sum(m.seconds for m in log) >= budget:
-        return None
+        return UNMEASURED_YET
     else:
         start = time.perf_counter()
         kernel_s, xla_s = measure(*sides(), platform)
@@ -228,10 +242,9 @@ def decide(
     return found
 
 
-def choose(node, platform: str, log: list, budget: float) -> Measurement | None:
-    """The measured (or cached) decision for a fused node whose spec has a cost model."""
-    if node.op.prefer_kernel is None:
-        return None
+def choose(node, platform: str, log: list, budget: float) -> Measurement | str:
+    """The measured (or cached) decision for a fused node whose spec has a cost model, else why
+    there is none (see `decide`)."""
     sides = functools.partial(_node_sides, node, platform)
     return decide(node.op.name, key_of(node, platform), sides, platform, log, budget)
 

@@ -94,6 +94,12 @@ class Report:
         return self.session.record.kernels
 
     @property
+    def unmeasured(self) -> list[tuple[str, str]]:
+        """(kernel, "kernel" or "xla") per node the cost model decided because this
+        compilation's measuring budget was spent; a later compilation measures it."""
+        return list(self.session.record.unmeasured)
+
+    @property
     def selection(self) -> list:
         """The decisions `jgsess.autotune` measured (or found cached), one per key."""
         return list({m.key: m for m in self.session.record.autotune}.values())
@@ -156,6 +162,10 @@ class Report:
                 for m in self.selection
             ]
             out += ["", table(["measured selection", "chose", "kernel", "xla", "source"], rows)]
+        if self.unmeasured:
+            rows = [[k, impl, n] for (k, impl), n in sorted(Counter(self.unmeasured).items())]
+            out += ["", table(["not measured yet", "cost model chose", "nodes"], rows)]
+            out += ["(a later compilation measures them; JGSESS_AUTOTUNE=cached never measures)"]
         if self.buckets:
             rows = [
                 [

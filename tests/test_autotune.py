@@ -90,10 +90,27 @@ def test_clear_cache_and_the_switches(tuning, monkeypatch):
     monkeypatch.setenv("JGSESS_AUTOTUNE_BUDGET", "0")
     autotune.clear_cache()
     report = jgsess.jit(step).report(*args)
-    assert report.selection == [] and len(calls) == 2  # over budget: XLA's code, not a guess
-    assert not batch_norm_fusions(report)
-    reasons = {r for _, kernel, r in report.session.record.declined if kernel.startswith("batch")}
-    assert reasons == {"not measured yet (this compilation's measuring budget was spent)"}
+    # over budget: the cost model's choice (the kernels), and the report says so
+    assert report.selection == [] and len(calls) == 2
+    assert batch_norm_fusions(report) == {"batch_norm_relu": 1, "batch_norm_relu_grad": 1}
+    assert report.unmeasured == [("batch_norm_relu+batch_norm_relu_grad", "kernel")]
+    assert "not measured yet" in str(report)
+
+
+def test_cached_mode_uses_cached_decisions_and_never_measures(tuning, monkeypatch):
+    calls = []
+    fake_times(monkeypatch, 2.0, 1.0, calls)  # XLA's code measures faster
+    step, args = linen_step(Block(), X)
+    monkeypatch.setenv("JGSESS_AUTOTUNE", "cached")
+    report = jgsess.jit(step).report(*args)  # nothing cached: the cost model, no measuring
+    assert not calls and report.selection == [] and report.unmeasured == []
+    assert batch_norm_fusions(report) == {"batch_norm_relu": 1, "batch_norm_relu_grad": 1}
+    monkeypatch.setenv("JGSESS_AUTOTUNE", "1")
+    jgsess.jit(step).report(*args)  # measured: XLA's code
+    monkeypatch.setenv("JGSESS_AUTOTUNE", "cached")
+    report = jgsess.jit(step).report(*args)
+    assert len(calls) == 1 and [m.cached for m in report.selection] == [True]
+    assert batch_norm_fusions(report) == {}
 
 
 def test_the_report_of_a_compiled_step_shows_its_decisions_and_measures_nothing(
@@ -115,9 +132,11 @@ def test_the_report_of_a_compiled_step_shows_its_decisions_and_measures_nothing(
     assert len(calls) == 1
     report = compiled.report(relu_args, add_args)
     assert len(calls) == 1  # the program compiled with one of the two measured
-    assert sum(batch_norm_fusions(report).values()) == 2
-    reasons = {r for _, kernel, r in report.session.record.declined if kernel.startswith("batch")}
-    assert reasons == {"not measured yet (this compilation's measuring budget was spent)"}
+    # the first compile decides both pairs: one measured, the other by the cost model
+    assert sum(batch_norm_fusions(report).values()) == 4
+    (left,) = report.unmeasured
+    assert left[1] == "kernel" and left[0] != report.selection[0].kernel
+    assert "not measured yet" in str(report)
     other = (relu_args[:2] + (X * 2,) + relu_args[3:], add_args)
     compiled.report(*other)  # other arguments, same shapes: still that program
     assert len(calls) == 1

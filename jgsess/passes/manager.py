@@ -51,6 +51,9 @@ class CompileRecord:
     memory_plan: object = None
     # autotune measurements behind kernel choices: select-kernels, fuse-batch-norm
     autotune: list = field(default_factory=list)
+    # (kernel, "kernel" or "xla") per choice the cost model made because this compilation's
+    # measuring budget was spent (a later compilation measures it): the same passes
+    unmeasured: list[tuple[str, str]] = field(default_factory=list)
     # (kernel, residual bytes kept, fused) per BatchNorm fusion: fuse-batch-norm
     residuals: list = field(default_factory=list)
     # bucket_all_reduce.BucketChoice per group of all-reduces: bucket-all-reduce

@@ -46,13 +46,16 @@ def choose(node: Node, ctx: Context) -> tuple[str, str]:
     ok, reason = available(spec, platform)
     if not ok:
         return "xla", reason
+    if spec.prefer_kernel is None:
+        return "kernel", f"compiled {platform} kernel"
     measured = autotune.choose(node, platform, ctx.record.autotune, ctx.autotune_budget)
-    if measured is not None:
+    if isinstance(measured, autotune.Measurement):
         return measured.impl, measured.reason()
-    if spec.prefer_kernel is not None:
-        wins, reason = spec.prefer_kernel(node, platform)
-        return ("kernel" if wins else "xla"), reason
-    return "kernel", f"compiled {platform} kernel"
+    wins, reason = spec.prefer_kernel(node, platform)
+    impl = "kernel" if wins else "xla"
+    if measured == autotune.UNMEASURED_YET:
+        ctx.record.unmeasured.append((spec.name, impl))
+    return impl, f"{measured}; cost model: {reason}"
 
 
 def run(graph: Graph, ctx: Context) -> int:

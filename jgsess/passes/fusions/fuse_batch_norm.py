@@ -285,10 +285,10 @@ def _specs(ex: _Example) -> list:
 
 def _decide(specs, params, avals, train: bool, ctx) -> tuple[bool, str]:
     """Whether to take the kernels: available here, and (measured, or cached) faster than the
-    program's own code for these shapes; the cost model where measuring is off. Where this
-    compilation's measuring budget is spent, the program's own code, until a later compilation
-    measures these shapes (on the 2-core CPU the kernels lost at ResNet-18's small shapes and
-    won at most of ResNet-50's batch-32 ones: no guess is safe)."""
+    program's own code for these shapes. Unmeasured (measuring off, or this compilation's
+    budget spent: a later compilation measures them), the cost model: take them, the backward
+    saves most and the forward about breaks even (on the 2-core CPU the kernels lost at
+    ResNet-18's small shapes and won at most of ResNet-50's batch-32 ones)."""
     for spec in specs:
         ok, reason = available(spec, ctx.platform)
         if not ok:
@@ -299,11 +299,11 @@ def _decide(specs, params, avals, train: bool, ctx) -> tuple[bool, str]:
     found = autotune.decide(
         name, key, sides, ctx.platform, ctx.record.autotune, ctx.autotune_budget
     )
-    if found is None and autotune.enabled():
-        return False, "not measured yet (this compilation's measuring budget was spent)"
-    if found is None:  # the cost model: the backward saves most, the forward about breaks even
-        return True, "not measured (JGSESS_AUTOTUNE=0)"
-    return found.impl == "kernel", found.reason()
+    if isinstance(found, autotune.Measurement):
+        return found.impl == "kernel", found.reason()
+    if found == autotune.UNMEASURED_YET:
+        ctx.record.unmeasured.append((name, "kernel"))
+    return True, f"{found}; cost model: the kernels"
 
 
 def _sides(specs, params, avals, train: bool):
