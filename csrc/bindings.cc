@@ -5,7 +5,20 @@
 #include "bench/stream.h"
 #include "checks/parallel_for.h"
 #include "common/simd.h"
+#include "kernels/adamw/adamw.h"
+#include "kernels/momentum/momentum.h"
 #include "registrations.h"
+
+namespace {
+
+template <size_t kCount>
+pybind11::dict FlagDict(const jgsess::FlagName (&names)[kCount]) {
+  pybind11::dict flags;
+  for (const auto& flag : names) flags[flag.name] = flag.bit;
+  return flags;
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "jgsess kernels as XLA FFI handlers";
@@ -16,6 +29,15 @@ PYBIND11_MODULE(_C, m) {
         "the GPU code of the CUDA kernels: {'sm': [compute capabilities x10], 'ptx': the PTX's}");
   m.def("cuda_driver_version", &jgsess::CudaDriverVersion,
         "the CUDA driver's version (12010 is 12.1); 0 without a driver or the CUDA kernels");
+  m.def(
+      "kernel_flags",
+      [] {
+        pybind11::dict kernels;
+        kernels["adamw"] = FlagDict(jgsess::kAdamwFlagNames);
+        kernels["momentum"] = FlagDict(jgsess::kMomentumFlagNames);
+        return kernels;
+      },
+      "kernel name -> {flag name: bit} of its `flags` attribute (Python's Flag enums match it)");
   m.def(
       "simd_isa", [] { return jgsess::IsaName(jgsess::HostIsa()); },
       "the instruction set the CPU kernels' vector loops run with: avx512, avx2 or baseline");
@@ -42,8 +64,8 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("second_chunks"),
         "the call (0 or 1) of each chunk a second call's thread ran, in order, while the first "
         "call's thread held its first chunk (tests)");
-  m.def("parks_waiting_for_held_chunk", &jgsess::ParksWaitingForHeldChunk,
-        pybind11::arg("chunks"), pybind11::arg("pool_threads"), pybind11::arg("hold_seconds"),
+  m.def("parks_waiting_for_held_chunk", &jgsess::ParksWaitingForHeldChunk, pybind11::arg("chunks"),
+        pybind11::arg("pool_threads"), pybind11::arg("hold_seconds"),
         "how many times a ParallelFor call's thread slept (rather than spun) waiting for a chunk "
         "a pool thread held for `hold_seconds` (tests)");
 }

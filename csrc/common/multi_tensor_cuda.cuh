@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -108,8 +109,23 @@ __device__ __forceinline__ void WithRounding(Elem type, F&& f) {
   }
 }
 
-template <int kLists, int kMaxTensors, int kMaxBlocks>
+// CUDA's limit on a kernel's parameters since 12.1, on Volta and newer (jgsess needs a 12.1
+// driver: jgsess/kernels/_native.py, MIN_CUDA_DRIVER); 4 KB before.
+constexpr size_t kMaxKernelParamBytes = 32764;
+// A launch's table of tensors: its parameters are copied with every launch, so it is kept to
+// ~9 KB, room for 320 chunks (20M elements) and, by the number of lists, 97 (adamw's 7) to 406
+// (global_norm's 1) tensors; the other parameters (HyperPtrs, workspace pointers) fit beside.
+constexpr size_t kTableBytes = 9472;
+constexpr int kTableBlocks = 320;
+
+template <int kLists>
 struct TensorTable {
+  // each tensor takes a pointer and an element type per list, and its size
+  static constexpr int kMaxTensors =
+      static_cast<int>((kTableBytes - kTableBlocks * 2 * sizeof(int)) /
+                       (kLists * (sizeof(void*) + sizeof(Elem)) + sizeof(int64_t)));
+  static constexpr int kMaxBlocks = kTableBlocks;
+
   void* ptr[kLists][kMaxTensors];
   Elem type[kLists][kMaxTensors];
   int64_t size[kMaxTensors];
@@ -119,10 +135,13 @@ struct TensorTable {
 
 // Launches launch(table, num_blocks) as many times as the tensors need. Lists 0..kIn-1 are the
 // operands, kIn..kIn+kOut-1 the results.
-template <int kIn, int kOut, int kMaxTensors, int kMaxBlocks, typename Launch>
+template <int kIn, int kOut, typename Launch>
 cudaError_t MultiTensorApply(const std::vector<TensorSlots<kIn, kOut>>& tensors, Launch launch) {
-  constexpr int kLists = kIn + kOut;
-  TensorTable<kLists, kMaxTensors, kMaxBlocks> table;
+  using Table = TensorTable<kIn + kOut>;
+  static_assert(sizeof(Table) <= kTableBytes && kTableBytes + 1024 <= kMaxKernelParamBytes,
+                "a launch's table and its other parameters fit CUDA's parameter space");
+  constexpr int kMaxTensors = Table::kMaxTensors, kMaxBlocks = Table::kMaxBlocks;
+  Table table;
   int count = 0, blocks = 0;
   auto put = [&](int slot, const TensorSlots<kIn, kOut>& t) {
     for (int l = 0; l < kIn; ++l) {
@@ -155,6 +174,14 @@ cudaError_t MultiTensorApply(const std::vector<TensorSlots<kIn, kOut>>& tensors,
   }
   if (blocks > 0) launch(table, blocks);
   return cudaGetLastError();
+}
+
+// An optimizer family's launches over a member's tensors (see DispatchOptimizer), table after
+// table; the CUDA status as an error naming the family.
+template <typename Family, typename Launch>
+ffi::Error LaunchTables(const std::vector<TensorSlots<Family::kIn, Family::kOut>>& tensors,
+                        Launch launch) {
+  return CudaStatus(Family::kName, MultiTensorApply<Family::kIn, Family::kOut>(tensors, launch));
 }
 
 }  // namespace jgsess

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/dispatch.h"
 #include "common/ffi.h"
 #include "common/host_device.h"
 
@@ -191,6 +192,30 @@ ffi::Error ForEachMember(const char* kernel, const HyperPtrs<Hyper>& hyper,
     if (status.failure()) return status;
   }
   return ffi::Error::Success();
+}
+
+// The front every optimizer handler shares, CPU and CUDA. A Family (adamw.h, momentum.h) names
+// its kernel (kName), Hyper, tensor layout (kIn operands, kOut results), forms (kForms flags,
+// Valid) and its operand check per form (Check<kFlags>). Parses the hyper-parameters and the
+// tensors, dispatches `flags` to its form, checks the form's operands, then calls
+// f.template operator()<kFlags>(hyper, tensors) once per member of the call (ForEachMember).
+// Everything is checked before f first runs.
+template <typename Family, typename F>
+ffi::Error DispatchOptimizer(Args& args, Rets& rets, int64_t flags, F&& f) {
+  using Hyper = typename Family::Hyper;
+  auto hyper = ParseHyper<Hyper>(Family::kName, args);
+  if (hyper.has_error()) return hyper.error();
+  auto tensors =
+      ParseTensors<Family::kIn, Family::kOut>(Family::kName, args, kHyperCount<Hyper>, &rets);
+  if (tensors.has_error()) return tensors.error();
+  return DispatchFlags<Family::kForms, Family::Valid>(flags, Family::kName, [&]<int64_t kFlags>() {
+    ffi::Error checked = Family::template Check<kFlags>(*tensors);
+    if (checked.failure()) return checked;
+    return ForEachMember(Family::kName, *hyper, *tensors,
+                         [&](const auto& member, const auto& part) {
+                           return f.template operator()<kFlags>(member, part);
+                         });
+  });
 }
 
 }  // namespace jgsess

@@ -37,13 +37,14 @@
 
 #include "common/dispatch.h"
 #include "common/ffi.h"
+#include "common/flags.h"
 #include "common/host_device.h"
 #include "common/optimizer.h"
 #include "common/tensor_list.h"
 
 namespace jgsess {
 
-enum AdamwFlags : int64_t {
+enum class AdamwFlag : int64_t {
   kBiasCorrection = 1,
   kEpsRoot = 2,
   kWeightDecay = 4,
@@ -52,6 +53,17 @@ enum AdamwFlags : int64_t {
   kExact = 32,       // IEEE division where the formula divides (JGSESS_NUMERICS=exact)
   kNarrowMath = 64,  // every operation rounded to the tensor's bf16/f16
   kMixed = 128,      // bf16 p, g, v with an f32 m: v's operations rounded (see above)
+};
+
+inline constexpr FlagName kAdamwFlagNames[] = {
+    {"BIAS_CORRECTION", Bits(AdamwFlag::kBiasCorrection)},
+    {"EPS_ROOT", Bits(AdamwFlag::kEpsRoot)},
+    {"WEIGHT_DECAY", Bits(AdamwFlag::kWeightDecay)},
+    {"UPDATE", Bits(AdamwFlag::kUpdate)},
+    {"CLIP", Bits(AdamwFlag::kClip)},
+    {"EXACT", Bits(AdamwFlag::kExact)},
+    {"NARROW", Bits(AdamwFlag::kNarrowMath)},
+    {"MIXED", Bits(AdamwFlag::kMixed)},
 };
 
 // The hyper-parameters, rank-0 f32 operands in this order before the tensors
@@ -78,42 +90,35 @@ template <int64_t kFlags, typename Q = InF32>
 JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, const AdamwReciprocals& r, float p,
                                      float g, float m, float v, float* p_out, float* m_out,
                                      float* v_out, Q q = {}) {
-  constexpr bool kDivide = (kFlags & kExact) != 0;
-  using Wide = std::conditional_t<(kFlags & kMixed) != 0, InF32, Q>;
+  constexpr bool kDivide = Has(kFlags, AdamwFlag::kExact);
+  using Wide = std::conditional_t<Has(kFlags, AdamwFlag::kMixed), InF32, Q>;
   const Wide wide{};
-  if constexpr ((kFlags & kClip) != 0) {  // never with kNarrowMath: f32 operations
+  if constexpr (Has(kFlags, AdamwFlag::kClip)) {  // never with kNarrowMath: f32 operations
     const float clipped = kDivide ? (g / h.norm) * h.clip : g * r.clip_scale;
     g = h.keep != 0.0f ? g : clipped;
   }
   float m2;
-  if constexpr ((kFlags & kMixed) != 0) {
+  if constexpr (Has(kFlags, AdamwFlag::kMixed)) {
     m2 = fmaf(h.b1, m, h.omb1 * g);  // as XLA's CPU code computes it (omb1*g is exact)
   } else {
     m2 = wide(wide(h.omb1 * g) + wide(h.b1 * m));
   }
   float v2 = q(q(h.omb2 * q(g * g)) + q(h.b2 * v));
   float mhat = m2, vhat = v2;
-  if constexpr ((kFlags & kBiasCorrection) != 0) {
+  if constexpr (Has(kFlags, AdamwFlag::kBiasCorrection)) {
     mhat = wide(kDivide ? m2 / h.bc1 : m2 * r.rbc1);
     vhat = q(kDivide ? v2 / h.bc2 : v2 * r.rbc2);
   }
-  if constexpr ((kFlags & kEpsRoot) != 0) vhat = q(vhat + h.eps_root);
+  if constexpr (Has(kFlags, AdamwFlag::kEpsRoot)) vhat = q(vhat + h.eps_root);
   float u = wide(mhat / wide(q(sqrtf(vhat)) + h.eps));
-  if constexpr ((kFlags & kWeightDecay) != 0) u = wide(u + wide(h.wd * p));
-  if constexpr ((kFlags & kMixed) != 0 && (kFlags & kUpdate) == 0) {
+  if constexpr (Has(kFlags, AdamwFlag::kWeightDecay)) u = wide(u + wide(h.wd * p));
+  if constexpr (Has(kFlags, AdamwFlag::kMixed) && !Has(kFlags, AdamwFlag::kUpdate)) {
     *p_out = fmaf(-h.lr, u, p);  // as XLA's CPU code computes it
   } else {
-    *p_out = StepResult<(kFlags & kUpdate) != 0>(p, h.lr, u, wide);
+    *p_out = StepResult<Has(kFlags, AdamwFlag::kUpdate)>(p, h.lr, u, wide);
   }
   *m_out = m2;
   *v_out = v2;
-}
-
-// flags in [0, 256), the narrow and mixed forms without kClip and kExact (and not both)
-constexpr int64_t kAdamwForms = 256;
-constexpr bool AdamwForm(int64_t flags) {
-  const int64_t rounded = flags & (kNarrowMath | kMixed);
-  return rounded == 0 || (rounded != (kNarrowMath | kMixed) && (flags & (kClip | kExact)) == 0);
 }
 
 // A call under kMixed: per tensor, p, g, v and v' bf16, m and m' f32, and p' bf16 (f32:
@@ -132,6 +137,28 @@ inline ffi::Error CheckMixed(const std::vector<TensorSlots<4, 3>>& tensors, bool
   }
   return ffi::Error::Success();
 }
+
+// The family, for the handlers' shared front (common/tensor_list.h: DispatchOptimizer).
+struct AdamwFamily {
+  static constexpr const char* kName = "adamw";
+  using Hyper = AdamwHyper;
+  static constexpr int kIn = 4, kOut = 3;  // p, g, m, v -> p', m', v'
+  // flags in [0, 256); the narrow and mixed forms without kClip and kExact (and not both)
+  static constexpr int64_t kForms = 256;
+  static constexpr bool Valid(int64_t flags) {
+    const int64_t rounded = flags & Bits(AdamwFlag::kNarrowMath, AdamwFlag::kMixed);
+    return rounded == 0 || (rounded != Bits(AdamwFlag::kNarrowMath, AdamwFlag::kMixed) &&
+                            (flags & Bits(AdamwFlag::kClip, AdamwFlag::kExact)) == 0);
+  }
+  template <int64_t kFlags>
+  static ffi::Error Check(const std::vector<TensorSlots<kIn, kOut>>& tensors) {
+    if constexpr (Has(kFlags, AdamwFlag::kNarrowMath)) return CheckNarrow(kName, tensors);
+    if constexpr (Has(kFlags, AdamwFlag::kMixed)) {
+      return CheckMixed(tensors, Has(kFlags, AdamwFlag::kUpdate));
+    }
+    return ffi::Error::Success();
+  }
+};
 
 }  // namespace jgsess
 

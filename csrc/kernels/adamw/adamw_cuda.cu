@@ -7,7 +7,7 @@
 namespace jgsess {
 namespace {
 
-using AdamwTable = TensorTable<7, 96, 320>;  // p, g, m, v, p', m', v'
+using AdamwTable = TensorTable<7>;  // p, g, m, v, p', m', v'
 
 // Elements [begin, end) of tensor t, each operation rounded by q.
 template <int64_t kFlags, typename Q>
@@ -36,41 +36,22 @@ __global__ void __launch_bounds__(kCudaBlock)
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
-  WithRounding<(kFlags & (kNarrowMath | kMixed)) != 0>(
+  WithRounding<Has(kFlags, AdamwFlag::kNarrowMath) || Has(kFlags, AdamwFlag::kMixed)>(
       table.type[0][t], [&](auto q) { AdamwChunk<kFlags>(table, h, r, t, begin, end, q); });
 }
 
 ffi::Error AdamwCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flags) {
-  auto hyper = ParseHyper<AdamwHyper>("adamw", args);
-  if (hyper.has_error()) return hyper.error();
-  auto tensors = ParseTensors<4, 3>("adamw", args, kHyperCount<AdamwHyper>, &rets);
-  if (tensors.has_error()) return tensors.error();
-  cudaError_t err = cudaSuccess;
-  ffi::Error status = DispatchFlags<kAdamwForms, AdamwForm>(flags, "adamw", [&]<int64_t kFlags>() {
-    if constexpr ((kFlags & kNarrowMath) != 0) {
-      auto narrow = CheckNarrow("adamw", *tensors);
-      if (narrow.failure()) return narrow;
-    }
-    if constexpr ((kFlags & kMixed) != 0) {
-      auto mixed = CheckMixed(*tensors, (kFlags & kUpdate) != 0);
-      if (mixed.failure()) return mixed;
-    }
-    return ForEachMember("adamw", *hyper, *tensors, [&](const auto& member, const auto& part) {
-      if (err == cudaSuccess) {
-        err = MultiTensorApply<4, 3, 96, 320>(part, [&](const AdamwTable& table, int blocks) {
+  return DispatchOptimizer<AdamwFamily>(
+      args, rets, flags, [&]<int64_t kFlags>(const auto& member, const auto& part) {
+        return LaunchTables<AdamwFamily>(part, [&](const AdamwTable& table, int blocks) {
           JGSESS_LAUNCH(AdamwKernel<kFlags>, blocks, kCudaBlock, 0, stream)(table, member);
         });
-      }
-      return ffi::Error::Success();
-    });
-  });
-  if (status.failure()) return status;
-  return CudaStatus("adamw", err);
+      });
 }
 
 ffi::Error AdamwCudaLoadImpl() {
   cudaError_t err = cudaSuccess;
-  ForEachFlags<kAdamwForms, AdamwForm>([&]<int64_t kFlags>() {
+  ForEachFlags<AdamwFamily::kForms, AdamwFamily::Valid>([&]<int64_t kFlags>() {
     if (err == cudaSuccess) err = LoadKernels(AdamwKernel<kFlags>);
   });
   return CudaStatus("adamw", err);

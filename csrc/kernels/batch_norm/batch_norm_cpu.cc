@@ -6,9 +6,10 @@
 #include <numeric>
 #include <vector>
 
-#include "common/convert.h"
 #include "common/ffi.h"
+#include "common/multi_tensor_cpu.h"
 #include "common/parallel.h"
+#include "common/relu_bits.h"
 #include "common/simd.h"
 #include "common/tensor_list.h"
 #include "kernels/batch_norm/batch_norm.h"

@@ -1,8 +1,8 @@
 // Multi-tensor cast on the CPU: widen to f32 on load, round on store, all cores.
 #include <algorithm>
 
-#include "common/convert.h"
 #include "common/ffi.h"
+#include "common/multi_tensor_cpu.h"
 #include "kernels/cast_all/cast_all.h"
 
 namespace jgsess {

@@ -6,7 +6,7 @@
 namespace jgsess {
 namespace {
 
-using CastTable = TensorTable<2, 256, 320>;  // x, y
+using CastTable = TensorTable<2>;  // x, y
 
 __global__ void __launch_bounds__(kCudaBlock)
     CastAllKernel(const __grid_constant__ CastTable table) {
@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(kCudaBlock)
 ffi::Error CastAllCudaImpl(cudaStream_t stream, Args args, Rets rets) {
   auto tensors = ParseTensors<1, 1>("cast_all", args, 0, &rets);
   if (tensors.has_error()) return tensors.error();
-  cudaError_t err = MultiTensorApply<1, 1, 256, 320>(*tensors, [&](const CastTable& t, int blocks) {
+  cudaError_t err = MultiTensorApply<1, 1>(*tensors, [&](const CastTable& t, int blocks) {
     JGSESS_LAUNCH(CastAllKernel, blocks, kCudaBlock, 0, stream)(t);
   });
   return CudaStatus("cast_all", err);

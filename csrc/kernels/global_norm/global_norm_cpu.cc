@@ -4,8 +4,8 @@
 #include <cstring>
 #include <vector>
 
-#include "common/convert.h"
 #include "common/ffi.h"
+#include "common/multi_tensor_cpu.h"
 #include "common/parallel.h"
 #include "kernels/global_norm/global_norm.h"
 

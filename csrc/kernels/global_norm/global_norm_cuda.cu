@@ -12,7 +12,7 @@ namespace {
 
 static_assert(kNormChunk == kCudaChunk, "a block's chunk is one partial sum");
 
-using NormTable = TensorTable<1, 256, 320>;  // x
+using NormTable = TensorTable<1>;  // x
 
 // workspace: partial[items], then starts[items] (1.0 where a chunk is its tensor's first);
 // `base` is the number of chunks earlier launches covered
@@ -76,11 +76,10 @@ ffi::Error GlobalNormCudaImpl(cudaStream_t stream, Buffer arena, Args args,
   float* partial = reinterpret_cast<float*>(call->workspace);
   float* starts = partial + call->items;
   int64_t base = 0;
-  cudaError_t err =
-      MultiTensorApply<1, 0, 256, 320>(call->tensors, [&](const NormTable& table, int blocks) {
-        JGSESS_LAUNCH(PartialSums, blocks, kCudaBlock, 0, stream)(table, partial, starts, base);
-        base += blocks;
-      });
+  cudaError_t err = MultiTensorApply<1, 0>(call->tensors, [&](const NormTable& table, int blocks) {
+    JGSESS_LAUNCH(PartialSums, blocks, kCudaBlock, 0, stream)(table, partial, starts, base);
+    base += blocks;
+  });
   if (err != cudaSuccess) return CudaStatus("global_norm", err);
   JGSESS_LAUNCH(Finish, 1, kFinishThreads, 0, stream)(partial, starts, call->items,
                                                       norm->typed_data());

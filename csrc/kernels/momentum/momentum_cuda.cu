@@ -6,7 +6,7 @@
 namespace jgsess {
 namespace {
 
-using MomentumTable = TensorTable<5, 128, 320>;  // p, g, acc, p', acc'
+using MomentumTable = TensorTable<5>;  // p, g, acc, p', acc'
 
 // Elements [begin, end) of tensor t, each operation rounded by q.
 template <int64_t kFlags, typename Q>
@@ -31,37 +31,22 @@ __global__ void __launch_bounds__(kCudaBlock)
   const int t = table.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
   const int64_t end = min(table.size[t], begin + kCudaChunk);
-  WithRounding<(kFlags & kMomentumNarrowMath) != 0>(
+  WithRounding<Has(kFlags, MomentumFlag::kNarrowMath)>(
       table.type[0][t], [&](auto q) { MomentumChunk<kFlags>(table, h, t, begin, end, q); });
 }
 
 ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flags) {
-  auto hyper = ParseHyper<MomentumHyper>("momentum", args);
-  if (hyper.has_error()) return hyper.error();
-  auto tensors = ParseTensors<3, 2>("momentum", args, kHyperCount<MomentumHyper>, &rets);
-  if (tensors.has_error()) return tensors.error();
-  cudaError_t err = cudaSuccess;
-  ffi::Error status = DispatchFlags<kMomentumForms>(flags, "momentum", [&]<int64_t kFlags>() {
-    if constexpr ((kFlags & kMomentumNarrowMath) != 0) {
-      auto narrow = CheckNarrow("momentum", *tensors);
-      if (narrow.failure()) return narrow;
-    }
-    return ForEachMember("momentum", *hyper, *tensors, [&](const auto& member, const auto& part) {
-      if (err == cudaSuccess) {
-        err = MultiTensorApply<3, 2, 128, 320>(part, [&](const MomentumTable& table, int blocks) {
+  return DispatchOptimizer<MomentumFamily>(
+      args, rets, flags, [&]<int64_t kFlags>(const auto& member, const auto& part) {
+        return LaunchTables<MomentumFamily>(part, [&](const MomentumTable& table, int blocks) {
           JGSESS_LAUNCH(MomentumKernel<kFlags>, blocks, kCudaBlock, 0, stream)(table, member);
         });
-      }
-      return ffi::Error::Success();
-    });
-  });
-  if (status.failure()) return status;
-  return CudaStatus("momentum", err);
+      });
 }
 
 ffi::Error MomentumCudaLoadImpl() {
   cudaError_t err = cudaSuccess;
-  ForEachFlags<kMomentumForms>([&]<int64_t kFlags>() {
+  ForEachFlags<MomentumFamily::kForms, MomentumFamily::Valid>([&]<int64_t kFlags>() {
     if (err == cudaSuccess) err = LoadKernels(MomentumKernel<kFlags>);
   });
   return CudaStatus("momentum", err);

@@ -2,9 +2,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/convert.h"
 #include "common/ffi.h"
+#include "common/multi_tensor_cpu.h"
 #include "common/parallel.h"
+#include "common/relu_bits.h"
 #include "common/simd.h"
 #include "kernels/relu_mask/relu_mask.h"
 
