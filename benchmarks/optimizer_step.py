@@ -166,9 +166,9 @@ class KernelVariant(JaxVariant):
             (adamw.SPEC, adamw.OPTAX_ADAMW) if optimizer == "adamw" else (momentum.SPEC, 0)
         )
         if params[0].dtype != jnp.float32 and state_dtype is None:  # the update written in bf16
-            flags |= adamw.NARROW if optimizer == "adamw" else momentum.NARROW
+            flags |= adamw.Flag.NARROW if optimizer == "adamw" else momentum.Flag.NARROW
         elif params[0].dtype != jnp.float32 and optimizer == "adamw":  # f32 mu, bf16 nu
-            flags |= adamw.MIXED
+            flags |= adamw.Flag.MIXED
         scalars = [0.9, 0.1, 0.999, 0.001, 0.5, 0.25, 1e-8, 0.0, 1e-4, 1e-3, 1.0, 1.0, 1.0]
         if optimizer == "momentum":
             scalars = [1e-2, 0.9, 0.0, 1.0]

@@ -60,8 +60,8 @@ def main() -> None:
     args = parser.parse_args()
     forms = {
         "adamw (p')": adamw.OPTAX_ADAMW,
-        "adamw update (-lr*u)": adamw.OPTAX_ADAMW | adamw.UPDATE,
-        "adamw clipped update": adamw.OPTAX_ADAMW | adamw.UPDATE | adamw.CLIP,
+        "adamw update (-lr*u)": adamw.OPTAX_ADAMW | adamw.Flag.UPDATE,
+        "adamw clipped update": adamw.OPTAX_ADAMW | adamw.Flag.UPDATE | adamw.Flag.CLIP,
     }
     for step in (1, 10, 1000):
         ops = operands(args.elements, step, seed=step)

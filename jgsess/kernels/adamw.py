@@ -17,6 +17,8 @@ JGSESS_NUMERICS=exact they divide (IEEE division, as numpy does).
 
 from __future__ import annotations
 
+import enum
+
 import jax.numpy as jnp
 from jax import lax
 
@@ -37,16 +39,28 @@ SCALARS = (
     "norm",
     "clip",
 )
-BIAS_CORRECTION, EPS_ROOT, WEIGHT_DECAY, UPDATE, CLIP = 1, 2, 4, 8, 16
-EXACT = 32  # C++ only: IEEE division where `update` divides (JGSESS_NUMERICS=exact)
-NARROW = 64  # the update in the tensors' bf16/f16, every operation rounded to it
-MIXED = 128  # bf16 p, g, v with an f32 m (optax's mu_dtype=float32)
+
+
+class Flag(enum.IntFlag):
+    """The kernel's `flags` bits: csrc/kernels/adamw/adamw.h's AdamwFlag (tests check that
+    they agree with what `_C.kernel_flags()` reports)."""
+
+    BIAS_CORRECTION = 1
+    EPS_ROOT = 2
+    WEIGHT_DECAY = 4
+    UPDATE = 8  # the first result is optax's update -(lr*u), not p'
+    CLIP = 16  # optax.clip_by_global_norm folded in
+    EXACT = 32  # C++ only: IEEE division where `update` divides (JGSESS_NUMERICS=exact)
+    NARROW = 64  # the update in the tensors' bf16/f16, every operation rounded to it
+    MIXED = 128  # bf16 p, g, v with an f32 m (optax's mu_dtype=float32)
+
+
 # under MIXED, the tensors and hyper-parameters in the parameters' dtype (the rest are f32): optax
 # casts the second moment's bias correction to its dtype, and jnp makes a Python float (b2, eps,
 # ...) the dtype of the narrow array it multiplies or adds
 MIXED_NARROW = ("p", "g", "v", "b2", "omb2", "bc2", "eps", "eps_root")
-OPTAX_ADAMW = BIAS_CORRECTION | EPS_ROOT | WEIGHT_DECAY
-OPTAX_ADAM = BIAS_CORRECTION | EPS_ROOT
+OPTAX_ADAMW = Flag.BIAS_CORRECTION | Flag.EPS_ROOT | Flag.WEIGHT_DECAY
+OPTAX_ADAM = Flag.BIAS_CORRECTION | Flag.EPS_ROOT
 MINDSPORE_ADAM = 0
 
 
@@ -76,19 +90,19 @@ def update(
     With CLIP, g is first clipped as optax.clip_by_global_norm does: where `keep` (1.0 when the
     global norm is within `clip`) it stays, else it becomes (g / norm) * clip.
     """
-    if flags & CLIP:
+    if flags & Flag.CLIP:
         g = jnp.where(keep != 0, g, (g / norm) * clip)
     m2 = omb1 * g + b1 * m
     v2 = omb2 * lax.square(g) + (v if b2 is None else b2 * v)  # None: a pattern's b2 of 1.0
     mhat, vhat = m2, v2
-    if flags & BIAS_CORRECTION:
+    if flags & Flag.BIAS_CORRECTION:
         mhat, vhat = m2 / bc1, v2 / bc2
-    if flags & EPS_ROOT:
+    if flags & Flag.EPS_ROOT:
         vhat = vhat + eps_root
     u = mhat / (lax.sqrt(vhat) + eps)
-    if flags & WEIGHT_DECAY:
+    if flags & Flag.WEIGHT_DECAY:
         u = u + wd * p
-    if flags & UPDATE:
+    if flags & Flag.UPDATE:
         return -(lr * u), m2, v2
     return p - lr * u, m2, v2
 
@@ -112,14 +126,14 @@ def mixed_update(p, g, m, v, *scalars, flags, **named):
     b2 = h["b2"]  # None: a pattern's b2 of 1.0
     v2 = h["omb2"] * lax.square(g) + (v if b2 is None else b2 * v)
     mhat, vhat = m2, v2
-    if flags & BIAS_CORRECTION:
+    if flags & Flag.BIAS_CORRECTION:
         mhat, vhat = m2 / h["bc1"], v2 / h["bc2"]
-    if flags & EPS_ROOT:
+    if flags & Flag.EPS_ROOT:
         vhat = vhat + h["eps_root"]
     u = mhat / (lax.sqrt(vhat) + h["eps"]).astype(f32)
-    if flags & WEIGHT_DECAY:
+    if flags & Flag.WEIGHT_DECAY:
         u = u + h["wd"] * p.astype(f32)
-    if flags & UPDATE:
+    if flags & Flag.UPDATE:
         return -(h["lr"] * u), m2, v2
     return (p.astype(f32) - h["lr"] * u).astype(p.dtype), m2, v2
 
@@ -130,16 +144,16 @@ def reference(*operands, flags):
     outs = []
     for i in range(0, len(tensors), 4):
         p, g, m, v = tensors[i : i + 4]
-        if flags & NARROW:
+        if flags & Flag.NARROW:
             outs += update(p, g, m, v, *[s.astype(p.dtype) for s in scalars], flags=flags)
             continue
-        if flags & MIXED:
+        if flags & Flag.MIXED:
             outs += mixed_update(p, g, m, v, *_mixed_scalars(scalars, p.dtype), flags=flags)
             continue
         f32 = [x.astype(jnp.float32) for x in (p, g, m, v)]
         p2, m2, v2 = update(*f32, *scalars, flags=flags)
         outs += [
-            p2 if flags & UPDATE else p2.astype(p.dtype),
+            p2 if flags & Flag.UPDATE else p2.astype(p.dtype),
             m2.astype(m.dtype),
             v2.astype(v.dtype),
         ]
@@ -152,9 +166,9 @@ SPEC = update_kernel(
     SCALARS,
     per_tensor=4,
     state=(2, 3),
-    update_flag=UPDATE,
+    update_flag=Flag.UPDATE,
     doc="multi-tensor Adam/AdamW update (optax and MindSpore forms)",
-    exact_flag=EXACT,
-    narrow_flag=NARROW,
-    mixed_flag=MIXED,
+    exact_flag=Flag.EXACT,
+    narrow_flag=Flag.NARROW,
+    mixed_flag=Flag.MIXED,
 )

@@ -13,25 +13,36 @@ in the same order.
 
 from __future__ import annotations
 
+import enum
+
 import jax.numpy as jnp
 
 from .optimizer import update_kernel
 
 SCALARS = ("lr", "mu", "wd", "scale")
-WEIGHT_DECAY, SCALE, NESTEROV, UPDATE = 1, 2, 4, 8
-NARROW = 16  # the update in the tensors' bf16/f16, every operation rounded to it
+
+
+class Flag(enum.IntFlag):
+    """The kernel's `flags` bits: csrc/kernels/momentum/momentum.h's MomentumFlag (tests check
+    that they agree with what `_C.kernel_flags()` reports)."""
+
+    WEIGHT_DECAY = 1  # g + p*wd
+    SCALE = 2  # the gradient times `scale` (a loss scale's reciprocal)
+    NESTEROV = 4
+    UPDATE = 8  # the first result is optax's update -(lr*d), not p'
+    NARROW = 16  # the update in the tensors' bf16/f16, every operation rounded to it
 
 
 def update(p, g, acc, lr, mu, wd, scale, *, flags):
     """One tensor's update."""
     gt = g
-    if flags & WEIGHT_DECAY:
+    if flags & Flag.WEIGHT_DECAY:
         gt = p * wd + gt
-    if flags & SCALE:
+    if flags & Flag.SCALE:
         gt = gt * scale
     acc2 = mu * acc + gt
-    d = gt + mu * acc2 if flags & NESTEROV else acc2
-    if flags & UPDATE:
+    d = gt + mu * acc2 if flags & Flag.NESTEROV else acc2
+    if flags & Flag.UPDATE:
         return -(lr * d), acc2
     return p - lr * d, acc2
 
@@ -42,12 +53,12 @@ def reference(*operands, flags):
     outs = []
     for i in range(0, len(tensors), 3):
         p, g, acc = tensors[i : i + 3]
-        if flags & NARROW:
+        if flags & Flag.NARROW:
             outs += update(p, g, acc, *[s.astype(p.dtype) for s in scalars], flags=flags)
             continue
         f32 = [x.astype(jnp.float32) for x in (p, g, acc)]
         p2, acc2 = update(*f32, *scalars, flags=flags)
-        outs += [p2 if flags & UPDATE else p2.astype(p.dtype), acc2.astype(acc.dtype)]
+        outs += [p2 if flags & Flag.UPDATE else p2.astype(p.dtype), acc2.astype(acc.dtype)]
     return tuple(outs)
 
 
@@ -57,7 +68,7 @@ SPEC = update_kernel(
     SCALARS,
     per_tensor=3,
     state=(2,),
-    update_flag=UPDATE,
+    update_flag=Flag.UPDATE,
     doc="multi-tensor SGD with momentum (optax and MindSpore forms)",
-    narrow_flag=NARROW,
+    narrow_flag=Flag.NARROW,
 )

@@ -44,10 +44,10 @@ def test_kernel_matches_reference_on_odd_sizes(flags):
 
 def test_clipping_off_where_the_norm_is_within_the_clip():
     ops = operands([(1023,)], seed=5, keep=1.0)
-    check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW | adamw.CLIP)
+    check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW | adamw.Flag.CLIP)
     unclipped = reference_fn(adamw.SPEC, flags=adamw.OPTAX_ADAMW)(*ops)
     assert_trees_close(
-        kernel_fn(adamw.SPEC, flags=adamw.OPTAX_ADAMW | adamw.CLIP)(*ops), list(unclipped)
+        kernel_fn(adamw.SPEC, flags=adamw.OPTAX_ADAMW | adamw.Flag.CLIP)(*ops), list(unclipped)
     )
 
 
@@ -56,7 +56,7 @@ def test_clipping_off_where_the_norm_is_within_the_clip():
 def test_mixed_precision_parameters_and_gradients(p_dtype, g_dtype):
     ops = operands([(5,), (20_001,)], seed=3, p_dtype=p_dtype, g_dtype=g_dtype)
     check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW)
-    check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW | adamw.UPDATE)
+    check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW | adamw.Flag.UPDATE)
 
 
 @pytest.mark.parametrize("state_dtype", [jnp.bfloat16, jnp.float16])
@@ -67,7 +67,7 @@ def test_narrow_moments(state_dtype, p_dtype):
     for v_dtype in (jnp.float32, state_dtype):
         ops = operands(sizes, 4, p_dtype, p_dtype, m_dtype=state_dtype, v_dtype=v_dtype)
         check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAMW)
-        check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAM | adamw.UPDATE)
+        check(adamw.SPEC, ops, flags=adamw.OPTAX_ADAM | adamw.Flag.UPDATE)
 
 
 def narrow_operands(sizes, dtype, seed=0):
@@ -77,7 +77,7 @@ def narrow_operands(sizes, dtype, seed=0):
 
 
 # the narrow forms: no clipping, never exact
-NARROW_FORMS = [flags | adamw.NARROW for flags in range(16)]
+NARROW_FORMS = [flags | adamw.Flag.NARROW for flags in range(16)]
 
 
 @pytest.mark.parametrize("flags", NARROW_FORMS)
@@ -86,7 +86,7 @@ def test_narrow_math_gives_the_bits_of_the_update_written_in_bf16(flags):
     check(adamw.SPEC, narrow_operands(SIZES, jnp.bfloat16, seed=flags), exact=True, flags=flags)
 
 
-@pytest.mark.parametrize("flags", [f for f in NARROW_FORMS if not f & adamw.BIAS_CORRECTION])
+@pytest.mark.parametrize("flags", [f for f in NARROW_FORMS if not f & adamw.Flag.BIAS_CORRECTION])
 def test_narrow_math_in_f16(flags):
     # every operation rounded to f16, one at a time (XLA's CPU code divides an f16 array by a
     # scalar through an f16 reciprocal, the kernel through an f32 one: fuse-adamw leaves f16
@@ -98,7 +98,7 @@ def test_narrow_math_in_f16(flags):
 def test_narrow_math_rounds_each_tensor_to_its_own_dtype():
     ops = narrow_operands([(9,), (70_001,)], jnp.bfloat16, seed=7)
     ops += narrow_operands([(40_000,)], jnp.float16, seed=8)[13:]
-    check(adamw.SPEC, ops, exact=True, op_by_op=True, flags=adamw.EPS_ROOT | adamw.NARROW)
+    check(adamw.SPEC, ops, exact=True, op_by_op=True, flags=adamw.Flag.EPS_ROOT | adamw.Flag.NARROW)
 
 
 def mixed_operands(sizes, dtype, seed=0):
@@ -114,7 +114,7 @@ def mixed_operands(sizes, dtype, seed=0):
 
 
 # the mixed forms: no clipping, never exact
-MIXED_FORMS = [flags | adamw.MIXED for flags in range(16)]
+MIXED_FORMS = [flags | adamw.Flag.MIXED for flags in range(16)]
 
 
 def check_mixed(ops, flags):
@@ -135,7 +135,7 @@ def test_mixed_math_matches_optax_with_an_f32_first_moment(flags):
 
 def test_mixed_math_on_many_tensors_in_one_call():
     ops = mixed_operands([(9,), (70_001,), (40_000,), (3,)], jnp.bfloat16, seed=7)
-    check_mixed(ops, adamw.EPS_ROOT | adamw.WEIGHT_DECAY | adamw.MIXED)
+    check_mixed(ops, adamw.Flag.EPS_ROOT | adamw.Flag.WEIGHT_DECAY | adamw.Flag.MIXED)
 
 
 def test_mixed_dtypes_in_one_call():
@@ -222,13 +222,15 @@ def test_cuda_kernel_matches_reference(flags, p_dtype, cuda_device):
 def malformed_calls():
     """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
     results per tensor, flags."""
-    good, bad = multi_tensor("jgsess_adamw", 13, 4, 3, flags=7, narrow=adamw.NARROW)
+    good, bad = multi_tensor("jgsess_adamw", 13, 4, 3, flags=7, narrow=adamw.Flag.NARROW)
     operands = [jnp.float32(0.5)] * 13 + [array((N,), BF16)] * 4
-    flags = adamw.OPTAX_ADAMW | adamw.NARROW | adamw.CLIP  # not a form: narrow clips in bf16
+    flags = (
+        adamw.OPTAX_ADAMW | adamw.Flag.NARROW | adamw.Flag.CLIP
+    )  # not a form: narrow clips in bf16
     bad["narrow math with clipping"] = call(
         "jgsess_adamw", operands, [spec((N,), BF16)] * 3, flags=flags
     )
-    mixed = adamw.OPTAX_ADAMW | adamw.MIXED
+    mixed = adamw.OPTAX_ADAMW | adamw.Flag.MIXED
     bad["mixed math with an f32 second moment"] = call(
         "jgsess_adamw",
         operands[:15] + [array((N,), F32)] * 2,
@@ -243,7 +245,7 @@ def malformed_calls():
         "jgsess_adamw", f16, [spec((N,), F16), spec((N,), F32), spec((N,), F16)], flags=mixed
     )
     bad["mixed and narrow math"] = call(
-        "jgsess_adamw", operands, [spec((N,), BF16)] * 3, flags=mixed | adamw.NARROW
+        "jgsess_adamw", operands, [spec((N,), BF16)] * 3, flags=mixed | adamw.Flag.NARROW
     )
     mixed_operands = operands[:15] + [array((N,), F32), array((N,), BF16)]
     good["mixed math"] = call(

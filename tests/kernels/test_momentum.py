@@ -33,7 +33,7 @@ def test_kernel_matches_reference_on_odd_sizes(flags):
 @pytest.mark.parametrize("g_dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 def test_mixed_precision(p_dtype, g_dtype):
     ops = operands([(3,), (33_333,), (70_001,)], 5, p_dtype, g_dtype)  # one over a chunk
-    check(momentum.SPEC, ops, flags=momentum.WEIGHT_DECAY | momentum.SCALE)
+    check(momentum.SPEC, ops, flags=momentum.Flag.WEIGHT_DECAY | momentum.Flag.SCALE)
 
 
 @pytest.mark.parametrize("acc_dtype", [jnp.bfloat16, jnp.float16])
@@ -41,7 +41,7 @@ def test_mixed_precision(p_dtype, g_dtype):
 def test_narrow_accumulator(acc_dtype, p_dtype):
     # optax.sgd(accumulator_dtype=...): read widened, acc' rounded to the accumulator's dtype
     ops = operands([(3,), (33_333,), (70_001,)], 6, p_dtype, p_dtype, acc_dtype)
-    for flags in (0, momentum.NESTEROV, momentum.UPDATE):
+    for flags in (0, momentum.Flag.NESTEROV, momentum.Flag.UPDATE):
         check(momentum.SPEC, ops, flags=flags)
 
 
@@ -51,7 +51,7 @@ def narrow_operands(sizes, dtype, seed=0):
     return [jnp.float32(s.astype(dtype)) for s in ops[:4]] + ops[4:]
 
 
-@pytest.mark.parametrize("flags", [flags | momentum.NARROW for flags in range(16)])
+@pytest.mark.parametrize("flags", [flags | momentum.Flag.NARROW for flags in range(16)])
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_narrow_math_gives_the_bits_of_the_update_written_in_its_dtype(flags, dtype):
     # every operation rounded to the tensors' dtype, one at a time, as XLA's CPU code computes
@@ -63,14 +63,14 @@ def test_narrow_math_gives_the_bits_of_the_update_written_in_its_dtype(flags, dt
 def test_non_finite_values_propagate():
     ops = operands([(4,)])
     ops[5] = ops[5].at[0].set(jnp.nan).at[1].set(jnp.inf)
-    check(momentum.SPEC, ops, flags=momentum.NESTEROV)
+    check(momentum.SPEC, ops, flags=momentum.Flag.NESTEROV)
 
 
 def test_inplace_pairs():
     assert momentum.SPEC.inplace({}, 4 + 6) == {4: 0, 6: 1, 7: 2, 9: 3}
 
 
-@pytest.mark.parametrize("flags", [0, momentum.NESTEROV | momentum.WEIGHT_DECAY, 15])
+@pytest.mark.parametrize("flags", [0, momentum.Flag.NESTEROV | momentum.Flag.WEIGHT_DECAY, 15])
 def test_cuda_kernel_matches_reference(flags, cuda_device):
     sizes = SIZES + [(1 << 20,)] + [(33,)] * 200
     for acc_dtype in (jnp.float32, jnp.bfloat16):
@@ -82,11 +82,11 @@ def test_a_tensor_longer_than_a_launch_continues_in_the_next(cuda_device):
     """A CUDA launch covers at most 320 chunks of 64K elements: a tensor of 330 chunks fills one
     launch partway through and is carried into the next (common/multi_tensor_cuda.cuh)."""
     ops = operands([(7,), (330 * 65536 + 5,), (9,)], seed=3)
-    check(momentum.SPEC, ops, rtol=2e-6, device=cuda_device, flags=momentum.NESTEROV)
+    check(momentum.SPEC, ops, rtol=2e-6, device=cuda_device, flags=momentum.Flag.NESTEROV)
 
 
 def malformed_calls():
     """Direct calls (tests/kernels/test_operand_checks.py): hyper-parameters, operands and
     results per tensor, flags."""
-    narrow = momentum.NARROW
+    narrow = momentum.Flag.NARROW
     return {"jgsess_momentum": multi_tensor("jgsess_momentum", 4, 3, 2, flags=3, narrow=narrow)}

@@ -33,7 +33,11 @@ def digest_of_results() -> dict:
 
     sizes = [(1,), (15,), (17,), (1023,), (33, 65), (100_003,)]
     cases = {}
-    forms = (adamw.OPTAX_ADAMW, adamw.OPTAX_ADAMW | adamw.CLIP, adamw.OPTAX_ADAM | adamw.EXACT)
+    forms = (
+        adamw.OPTAX_ADAMW,
+        adamw.OPTAX_ADAMW | adamw.Flag.CLIP,
+        adamw.OPTAX_ADAM | adamw.Flag.EXACT,
+    )
     for flags in forms:
         for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
             ops = adamw_operands(sizes, seed=flags, p_dtype=dtype, g_dtype=dtype)
@@ -41,7 +45,7 @@ def digest_of_results() -> dict:
         # bf16 moments of f32 parameters: converted in registers
         ops = adamw_operands(sizes, seed=flags, m_dtype=jnp.bfloat16)
         cases[f"adamw {flags} bf16 state"] = kernel_fn(adamw.SPEC, flags=flags)(*ops)
-    for flags in (0, momentum.NESTEROV | momentum.WEIGHT_DECAY, 15):
+    for flags in (0, momentum.Flag.NESTEROV | momentum.Flag.WEIGHT_DECAY, 15):
         for g_dtype in (jnp.float16, jnp.bfloat16):  # staged; bf16 p and g converted in registers
             ops = momentum_operands(sizes, flags, jnp.bfloat16, g_dtype)
             name = f"momentum {flags} {g_dtype.__name__}"
@@ -49,10 +53,10 @@ def digest_of_results() -> dict:
         ops = momentum_operands(sizes, flags, acc_dtype=jnp.bfloat16)  # in registers too
         cases[f"momentum {flags} bf16 accumulator"] = kernel_fn(momentum.SPEC, flags=flags)(*ops)
     for dtype in (jnp.bfloat16, jnp.float16):  # narrow math: every operation rounded
-        flags = adamw.OPTAX_ADAMW | adamw.NARROW
+        flags = adamw.OPTAX_ADAMW | adamw.Flag.NARROW
         ops = adamw_narrow(sizes, dtype, seed=1)
         cases[f"adamw narrow {dtype.__name__}"] = kernel_fn(adamw.SPEC, flags=flags)(*ops)
-        flags = momentum.NESTEROV | momentum.WEIGHT_DECAY | momentum.NARROW
+        flags = momentum.Flag.NESTEROV | momentum.Flag.WEIGHT_DECAY | momentum.Flag.NARROW
         ops = momentum_narrow(sizes, dtype, seed=2)
         cases[f"momentum narrow {dtype.__name__}"] = kernel_fn(momentum.SPEC, flags=flags)(*ops)
     norms = [((3, 6, 5, 7), 1, jnp.float32), ((40, 41, 9), 2, jnp.float32)]  # NCHW, rank 3

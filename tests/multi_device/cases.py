@@ -345,7 +345,7 @@ def _spec_calls():
 
     return {
         "adamw": update(adamw.SPEC, len(adamw.SCALARS), 2, adamw.OPTAX_ADAMW),
-        "momentum": update(momentum.SPEC, len(momentum.SCALARS), 1, momentum.NESTEROV),
+        "momentum": update(momentum.SPEC, len(momentum.SCALARS), 1, momentum.Flag.NESTEROV),
         "cast_all": (
             cast_all.SPEC,
             {"dtypes": ("bfloat16", "float16", "bfloat16", "float16")},

@@ -225,12 +225,12 @@ def test_an_update_written_in_bf16_fuses_bit_for_bit(name):
 
 
 def test_the_probe_reads_how_xla_rounds_narrow_updates_on_the_cpu():
-    flags = adamw.OPTAX_ADAMW | adamw.NARROW
+    flags = adamw.OPTAX_ADAMW | adamw.Flag.NARROW
     assert narrow_math_matches(adamw.SPEC, flags, BF16, "cpu")
     # XLA's CPU code divides an f16 array by a scalar through an f16 reciprocal
     assert not narrow_math_matches(adamw.SPEC, flags, F16, "cpu")
     # and where it has native f16 arithmetic, computes a * b + c with one rounding
-    plain = flags & ~adamw.BIAS_CORRECTION
+    plain = flags & ~adamw.Flag.BIAS_CORRECTION
     assert narrow_math_matches(adamw.SPEC, plain, F16, "cpu") != xla_fuses_f16_multiply_adds()
 
 
@@ -267,7 +267,7 @@ MIXED = {
 def mixed_fuses() -> bool:
     """Whether XLA's CPU code computes the mixed update as the kernel does (rounding the second
     moment to bf16, leaving narrow results read only in f32 unrounded): the fusion's probe."""
-    flags = adamw.OPTAX_ADAMW | adamw.MIXED
+    flags = adamw.OPTAX_ADAMW | adamw.Flag.MIXED
     return narrow_math_matches(adamw.SPEC, flags, BF16, "cpu", (), wide_slots=(2,))
 
 

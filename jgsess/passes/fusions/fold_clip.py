@@ -38,7 +38,9 @@ def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite
     if node.op is not adamw.SPEC:
         return
     static = node.op.static(node.params)
-    if static["flags"] & (adamw.CLIP | adamw.NARROW | adamw.MIXED):  # narrow: clips in bf16
+    if static["flags"] & (
+        adamw.Flag.CLIP | adamw.Flag.NARROW | adamw.Flag.MIXED
+    ):  # narrow: clips in bf16
         return
     g = node.inputs[len(adamw.SCALARS) + 1]
     for pattern in CLIPPED:
@@ -59,7 +61,7 @@ def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite
         for slot, value in zip(_CLIP_SLOTS, (memo[keep], norm, clip)):
             inputs[slot] = value
         inputs[len(adamw.SCALARS) + 1] = m["g"]
-        params = dict(node.params, flags=static["flags"] | adamw.CLIP)
+        params = dict(node.params, flags=int(static["flags"] | adamw.Flag.CLIP))
         folded = Node(node.op, inputs, [v.aval for v in node.outputs], params)
         added.append((folded, node))
         yield Rewrite("clip_by_global_norm", added, list(zip(node.outputs, folded.outputs)), [node])

@@ -17,21 +17,13 @@ tried first, as MindSpore runs AdamWeightDecayFusion before AdamFusion. An updat
 bf16/f16 becomes the kernel's narrow form (optimizer.py); at such a root the forms are also tried
 without `mul b2 v`, for a b2 the narrow dtype rounds to 1.0 (optax's 0.999 in bf16). Also at a
 bf16 root, the whole steps of bf16 parameters with an f32 first moment and a bf16 second
-moment (optax.adamw(..., mu_dtype=jnp.float32)) become the kernel's mixed form (adamw.MIXED).
+moment (optax.adamw(..., mu_dtype=jnp.float32)) become the kernel's mixed form (adamw.Flag.MIXED).
 """
 
 from __future__ import annotations
 
 from ...kernels import adamw
-from ...kernels.adamw import (
-    BIAS_CORRECTION,
-    EPS_ROOT,
-    MIXED,
-    MIXED_NARROW,
-    NARROW,
-    UPDATE,
-    WEIGHT_DECAY,
-)
+from ...kernels.adamw import MIXED_NARROW, Flag
 from .engine import fusion_pass
 from .optimizer import update_rules
 
@@ -40,9 +32,9 @@ TENSORS = ("p", "g", "m", "v")
 
 def _used(flags: int) -> tuple:
     used = ("b1", "omb1", "b2", "omb2")
-    used += ("bc1", "bc2") if flags & BIAS_CORRECTION else ()
-    used += ("eps",) + (("eps_root",) if flags & EPS_ROOT else ())
-    used += ("wd",) if flags & WEIGHT_DECAY else ()
+    used += ("bc1", "bc2") if flags & Flag.BIAS_CORRECTION else ()
+    used += ("eps",) + (("eps_root",) if flags & Flag.EPS_ROOT else ())
+    used += ("wd",) if flags & Flag.WEIGHT_DECAY else ()
     return used + ("lr",)
 
 
@@ -64,10 +56,10 @@ def _rules(absent: tuple = (), mixed: bool = False):
         adamw.SCALARS,
         _used,
         unused,
-        UPDATE,
-        NARROW,
+        Flag.UPDATE,
+        Flag.NARROW,
         absent,
-        mixed=(MIXED, MIXED_NARROW) if mixed else None,
+        mixed=(Flag.MIXED, MIXED_NARROW) if mixed else None,
     )
 
 

@@ -15,7 +15,7 @@ multiplies by a scalar. Forms with more parts are tried first.
 from __future__ import annotations
 
 from ...kernels import momentum
-from ...kernels.momentum import NARROW, SCALE, UPDATE, WEIGHT_DECAY
+from ...kernels.momentum import Flag
 from .engine import fusion_pass
 from .optimizer import update_rules
 
@@ -24,14 +24,21 @@ TENSORS = ("p", "g", "acc")
 
 def _used(flags: int) -> tuple:
     used = ("lr", "mu")
-    used += ("wd",) if flags & WEIGHT_DECAY else ()
-    return used + (("scale",) if flags & SCALE else ())
+    used += ("wd",) if flags & Flag.WEIGHT_DECAY else ()
+    return used + (("scale",) if flags & Flag.SCALE else ())
 
 
 def _rules():
     unused = {"wd": 0.0, "scale": 1.0}
     return update_rules(
-        momentum.SPEC, momentum.update, TENSORS, momentum.SCALARS, _used, unused, UPDATE, NARROW
+        momentum.SPEC,
+        momentum.update,
+        TENSORS,
+        momentum.SCALARS,
+        _used,
+        unused,
+        Flag.UPDATE,
+        Flag.NARROW,
     )
 
 

@@ -167,7 +167,7 @@ def update_rules(
                 operands.append(value)
             avals = [v.aval for v in outputs]
             extra = mixed_flag or (narrow_flag if narrow else 0)
-            return Node(spec, [*operands, *arrays], avals, {"flags": flags | extra})
+            return Node(spec, [*operands, *arrays], avals, {"flags": int(flags | extra)})
 
         return build
 
