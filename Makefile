@@ -1,5 +1,6 @@
-# `make demo` and `make test` create .venv if missing and build jgsess there (`make test` also
-# builds the test-only SIMT emulator of the CUDA kernels, tests/emulator/); `make lint` checks
+# `make demo` and `make test` create .venv if missing and build jgsess there (`make test` and
+# `make bench` also build the test-only extension tests/native/_testing: the SIMT emulator of
+# the CUDA kernels, host test hooks, bandwidth probes); `make lint` checks
 # the Python (ruff) and C++/CUDA (clang-format) style; `make test-oldest-jax` runs the tests on
 # the oldest jax jgsess supports. .ci/run is all of them.
 PYTHON ?= python3
@@ -13,7 +14,7 @@ OLDEST_TESTS ?= tests
 LINT_TOOLS := ruff==0.17.6 clang-format==23.1.5
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.jgsess-built
-SIMT_STAMP := $(VENV)/.jgsess-simt-built
+TESTING_STAMP := $(VENV)/.jgsess-testing-built
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f)
 CSRC := $(shell find csrc -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh')
 
@@ -29,18 +30,19 @@ $(STAMP): $(PY) $(SOURCES)
 
 build: $(STAMP)
 
-# the CUDA sources compiled as C++ for the SIMT emulator: a test-only extension, never in the wheel
-$(SIMT_STAMP): $(STAMP) tests/emulator/build.py
-	$(PY) tests/emulator/build.py
-	touch $(SIMT_STAMP)
+# the test-only extension (the CUDA sources compiled as C++ for the SIMT emulator, csrc/checks,
+# csrc/bench), never in the wheel
+$(TESTING_STAMP): $(STAMP) tests/native/build.py
+	$(PY) tests/native/build.py
+	touch $(TESTING_STAMP)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-test: $(STAMP) $(SIMT_STAMP)
+test: $(STAMP) $(TESTING_STAMP)
 	$(PY) -m pytest -q $(TESTS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(TESTING_STAMP)
 	$(PY) benchmarks/optimizer_step.py
 
 lint: $(PY)
@@ -55,4 +57,4 @@ test-oldest-jax:
 		JAX="$(OLDEST_JAX)" TESTS="$(OLDEST_TESTS)"
 
 clean:
-	rm -rf build *.egg-info jgsess/_C*.so tests/emulator/_simt*.so $(OLDEST_DIR)
+	rm -rf build *.egg-info jgsess/_C*.so tests/native/_testing*.so $(OLDEST_DIR)

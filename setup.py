@@ -190,7 +190,8 @@ extension = Pybind11Extension(
         for path in glob.glob("csrc/*.cc")
         + glob.glob("csrc/*/*.cc")
         + glob.glob("csrc/kernels/*/*.cc")
-        if not path.startswith("csrc/emulator/")  # the test-only SIMT emulator (tests/emulator)
+        # the test-only extension's (tests/native/build.py): emulator, checks, probes
+        if not path.startswith(("csrc/emulator/", "csrc/checks/", "csrc/bench/", "csrc/testing/"))
     ),
     include_dirs=["csrc"],
     depends=sorted(

@@ -27,15 +27,16 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 echo "== build (nvcc: $(command -v nvcc || echo missing))"
 if [ $REHEARSE = 1 ]; then
-  # the extension as `make test` built it; the emulator of the CUDA kernels beside it
+  # the extension as `make test` built it
   $PY -c "import jgsess._C" 2>/dev/null || JGSESS_CUDA=auto $PY setup.py -q build_ext --inplace \
     > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-  $PY tests/emulator/build.py > "$OUT/emulator.log" 2>&1 || { tail -30 "$OUT/emulator.log"; exit 1; }
 else
   rm -rf build jgsess/_C*.so
   JGSESS_CUDA=1 $PY setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; exit 1; }
 fi
+# the test-only extension beside it: the emulator of the CUDA kernels, host test hooks, probes
+$PY tests/native/build.py > "$OUT/testing.log" 2>&1 || { tail -30 "$OUT/testing.log"; exit 1; }
 $PY - <<'PYEOF'
 import jax
 from jgsess.kernels import _native

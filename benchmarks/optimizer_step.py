@@ -52,11 +52,13 @@ import jax.numpy as jnp
 import optax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from param_sets import SETS  # noqa: E402
 
 import jgsess  # noqa: E402
 from jgsess import _C  # noqa: E402
 from jgsess.kernels import adamw, momentum  # noqa: E402
+from tests.native import module as probes  # noqa: E402  (the bandwidth probes: make bench)
 
 # name -> (parameter and gradient dtype, dtype of the first state array: m or acc, None for
 # optax's default: the parameters'); AdamW's second moment always has the parameters' dtype
@@ -107,11 +109,11 @@ def ceilings(n: int = 1 << 24, runs: int = 7) -> dict:
     if jax.default_backend() != "cpu":
         copy = device_copy_gbps(n, runs)
         return {"triad": copy, **{(o, d): copy for o in TRAFFIC for d in DTYPES}}
-    out = {"triad": _C.stream_triad_gbps(n, runs)}
+    out = {"triad": probes().stream_triad_gbps(n, runs)}
     for optimizer, (reads, writes) in TRAFFIC.items():
         for name in DTYPES:
             param, state = itemsizes(name)
-            out[optimizer, name] = _C.stream_inplace_gbps(
+            out[optimizer, name] = probes().stream_inplace_gbps(
                 n, reads, writes, param, state, runs, rest_bytes=param
             )
     return out

@@ -1,6 +1,9 @@
-// jgsess's test-only extension `_simt`: every CUDA handler, compiled for the SIMT emulator
-// (simt.h) and run on guarded buffers (guard.h), as CPU FFI targets `jgsess_simt_<name>`; and
-// the deliberately broken kernels that show each of the emulator's checks firing.
+// The SIMT emulator's part of the test-only extension `_testing` (csrc/testing/module.cc):
+// every CUDA handler, compiled for the emulator (simt.h) and run on guarded buffers (guard.h),
+// as CPU FFI targets `jgsess_simt_<name>`; and the deliberately broken kernels that show each of
+// the emulator's checks firing.
+#include "emulator/module.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <pybind11/pybind11.h>
@@ -83,8 +86,7 @@ std::vector<std::tuple<int, int>> GpuConversions(const std::vector<float>& value
 
 }  // namespace
 
-PYBIND11_MODULE(_simt, m) {
-  m.doc() = "jgsess's CUDA handlers under the SIMT emulator (tests only)";
+void jgsess::simt::Bind(pybind11::module_& m) {
   m.def("handlers", &Handlers, "kernel name -> PyCapsule of its emulated CUDA handler");
   m.def("broken", &Broken, "check name -> the stages of a handler whose kernel breaks it");
   m.def("gpu_conversions", &GpuConversions,

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.emulator import build  # noqa: E402
+from tests.native import build  # noqa: E402
 
 # (name, file under csrc/, text, its replacement, the test module that covers it)
 MUTATIONS = [

@@ -1,5 +1,5 @@
 """The SIMT emulator (csrc/emulator/) from Python: jgsess's CUDA handlers, compiled as C++ into
-the test-only extension tests/emulator/_simt (built by `make test`: tests/emulator/build.py),
+the test-only extension tests/native/_testing (built by `make test`: tests/native/build.py),
 registered as CPU FFI targets `jgsess_simt_<name>`, and kernel specs routed to them."""
 
 from __future__ import annotations
@@ -10,19 +10,9 @@ import jax
 
 from jgsess.kernels import _native
 from jgsess.kernels.spec import KernelSpec
+from tests.native import module
 
 PREFIX = "jgsess_simt_"
-
-
-@functools.cache
-def module():
-    try:
-        from tests.emulator import _simt
-    except ImportError as err:
-        raise RuntimeError(
-            "the SIMT emulator is not built: run `make test` or `python tests/emulator/build.py`"
-        ) from err
-    return _simt
 
 
 @functools.cache

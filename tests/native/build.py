@@ -1,7 +1,9 @@
-"""Builds the test-only extension tests/emulator/_simt: jgsess's CUDA sources compiled as C++
-for the SIMT emulator (csrc/emulator/), which needs only the C++ compiler.
+"""Builds the test-only extension tests/native/_testing (csrc/testing/module.cc): jgsess's CUDA
+sources compiled as C++ for the SIMT emulator (csrc/emulator/), the host machinery's test hooks
+(csrc/checks/) and the benchmarks' bandwidth probes (csrc/bench/). It needs only the C++
+compiler, and is never part of the wheel.
 
-    python tests/emulator/build.py      (make test runs it; never part of the wheel)
+    python tests/native/build.py        (make test and make bench run it)
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ import pybind11
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent
 CSRC = ROOT / "csrc"
-# the CUDA sources, then the emulator's (simt.cc last: it holds the shared-memory section's
-# closing page), relative to csrc/
-SOURCES = sorted(str(p.relative_to(CSRC)) for p in CSRC.glob("kernels/*/*.cu")) + [
-    "emulator/broken.cu",
-    "emulator/guard.cc",
-    "emulator/module.cc",
-    "emulator/simt.cc",
-]
+# the CUDA sources, the probes and the module, then the emulator's (simt.cc last: it holds the
+# shared-memory section's closing page), relative to csrc/
+PROBES = sorted(
+    str(p.relative_to(CSRC)) for p in (*CSRC.glob("checks/*.cc"), *CSRC.glob("bench/*.cc"))
+)
+SOURCES = (
+    sorted(str(p.relative_to(CSRC)) for p in CSRC.glob("kernels/*/*.cu"))
+    + PROBES
+    + ["testing/module.cc", "emulator/broken.cu", "emulator/guard.cc", "emulator/module.cc"]
+    + ["emulator/simt.cc"]
+)
+# the probes as jgsess._C's code is built (setup.py): their loops vectorized as the kernels' are
+PROBE_FLAGS = ["-O3", "-fopenmp-simd"]
 FLAGS = [
     "-std=c++20",
     "-O2",
@@ -47,24 +54,26 @@ FLAGS = [
 
 
 def target() -> Path:
-    return OUT / f"_simt{sysconfig.get_config_var('EXT_SUFFIX')}"
+    return OUT / f"_testing{sysconfig.get_config_var('EXT_SUFFIX')}"
 
 
 def compile_one(source: Path, objects: Path, csrc: Path, headers_mtime: float) -> str:
     """`source`'s object in `objects` (kept while newer than the source and every header)."""
-    obj = objects / (source.name + ".o")
+    obj = objects / (str(source.relative_to(csrc)).replace("/", "-") + ".o")
     if obj.exists() and obj.stat().st_mtime > max(source.stat().st_mtime, headers_mtime):
         return str(obj)
     cuda = ["-x", "c++", "-include", "emulator/simt.h"] if source.suffix == ".cu" else []
+    probe = PROBE_FLAGS if str(source.relative_to(csrc)) in PROBES else []
     includes = [f"-I{csrc / 'emulator/cuda'}", f"-I{csrc}"]
     cxx = os.environ.get("CXX", "g++")
-    subprocess.run([cxx, *includes, *FLAGS, *cuda, "-c", str(source), "-o", str(obj)], check=True)
+    command = [cxx, *includes, *FLAGS, *probe, *cuda, "-c", str(source), "-o", str(obj)]
+    subprocess.run(command, check=True)
     return str(obj)
 
 
-def build(csrc: Path = CSRC, objects: Path = ROOT / "build" / "simt", out=None) -> Path:
+def build(csrc: Path = CSRC, objects: Path = ROOT / "build" / "testing", out=None) -> Path:
     """Builds the extension from the sources under `csrc` (objects kept in `objects`) into `out`
-    (default: tests/emulator/); returns its path."""
+    (default: tests/native/); returns its path."""
     objects.mkdir(parents=True, exist_ok=True)
     headers = max(p.stat().st_mtime for p in csrc.rglob("*") if p.suffix in (".h", ".cuh"))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
