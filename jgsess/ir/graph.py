@@ -13,11 +13,12 @@ execution order.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Iterable, Iterator
 
 import numpy as np
+
+from . import schedule
 
 _ids = itertools.count()
 
@@ -275,28 +276,6 @@ class Graph:
 
         return {node: place(node) for node in self.nodes}
 
-    def _in_order(self) -> bool:
-        """Whether `nodes` is already a valid execution order: every node after the producers
-        of its operands, and every intact region in one piece (effectful nodes keep their
-        relative order in any order `settle` sorts by position)."""
-        members = set(self.nodes)
-        seen: set[Node] = set()
-        done: set = set()
-        current = None
-        for node in self.nodes:
-            for value in node.inputs:
-                producer = value.producer
-                if producer is not None and producer in members and producer not in seen:
-                    return False
-            unit = self.unit_of(node)
-            if unit is not current:
-                if unit in done:
-                    return False
-                done.add(current)
-                current = unit
-            seen.add(node)
-        return True
-
     def settle(self) -> None:
         """Drop removed nodes and restore a valid execution order, as close to the old as can be.
 
@@ -311,46 +290,10 @@ class Graph:
         )
         self._removed.clear()
         self._anchors.clear()
-        if self._in_order():  # most rewrites insert each new node before its first user
-            return
-        position = {node: i for i, node in enumerate(self.nodes)}
-        units: dict[Node | Region, list[Node]] = {}
-        for node in self.nodes:
-            units.setdefault(self.unit_of(node), []).append(node)
-        unit_of = {node: unit for unit, members in units.items() for node in members}
-        deps: dict[object, set] = {unit: set() for unit in units}
-        last_effect = None
-        for unit, members in sorted(units.items(), key=lambda kv: position[kv[1][0]]):
-            for node in members:
-                for value in node.inputs:
-                    producer = value.producer
-                    if (
-                        producer is not None
-                        and producer in unit_of
-                        and unit_of[producer] is not unit
-                    ):
-                        deps[unit].add(unit_of[producer])
-            if any(node.effects for node in members):
-                if last_effect is not None:
-                    deps[unit].add(last_effect)
-                last_effect = unit
-        users: dict[object, list] = {unit: [] for unit in units}
-        for unit, needs in deps.items():
-            for need in needs:
-                users[need].append(unit)
-        pending = {unit: len(needs) for unit, needs in deps.items()}
-        key = {unit: min(position[n] for n in members) for unit, members in units.items()}
-        heap = [(key[u], id(u), u) for u, n in pending.items() if n == 0]
-        heapq.heapify(heap)
-        order: list[Node] = []
-        while heap:
-            _, _, unit = heapq.heappop(heap)
-            order.extend(units[unit])
-            for user in users[unit]:
-                pending[user] -= 1
-                if pending[user] == 0:
-                    heapq.heappush(heap, (key[user], id(user), user))
-        if len(order) != len(self.nodes):
+        if schedule.in_order(self.nodes, self.unit_of):  # most rewrites insert each new node
+            return  # before its first user
+        order = schedule.restored(self.nodes, self.unit_of)
+        if order is None:
             raise GraphError("the graph has a cycle")
         self.nodes = order
 

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _compat
+from .. import _compat, autotune
 from .partition import Factors
 from .relu_mask import mask_factors, mask_shape, pack, unpack
 from .spec import KernelSpec
@@ -266,3 +266,49 @@ BACKWARD = _spec(
 ADD_BACKWARD = _spec(
     "batch_norm_add_relu_grad", backward, _backward_avals, 1, "gradient of BatchNorm + add + ReLU"
 )
+
+
+def program_fn(form: str, train: bool, eps: float, axis: int, dtype):
+    """The program the kernels replace (the BatchNorm fusion's example, autotune's XLA side):
+    `FORMS[form]` + ReLU (forward: -> y, mean, var), with `jax.vjp` (train: the last argument is
+    dy; -> y, mean, var and the input gradients)."""
+    formula = functools.partial(FORMS[form], eps=eps, axis=axis, dtype=dtype)
+
+    def with_relu(*primals):
+        s, mean, var = formula(*primals)
+        return jax.nn.relu(s), (mean, var)
+
+    def fn(*args):
+        if not train:
+            y, (mean, var) = with_relu(*args)
+            return y, mean, var
+        y, vjp, (mean, var) = jax.vjp(with_relu, *args[:-1], has_aux=True)
+        return (y, mean, var, *vjp(args[-1]))
+
+    return fn
+
+
+def measured_sides(specs, params, avals, train: bool):
+    """For jgsess.autotune: (the kernels `specs` (forward, and backward in training) with these
+    static `params` per spec, the program they replace, operands of `avals`)."""
+    rng = np.random.default_rng(0)
+    operands = [autotune.random_operand(a, rng) for a in avals]
+    static = params[0]
+    fn = program_fn(static["form"], train, static["eps"], static["axis"], np.dtype(static["dtype"]))
+    sizes = [spec.workspace(p, [avals[0], avals[0]]) for spec, p in zip(specs, params)]
+    count = len(avals) - int(train)
+
+    def kernels(arenas, *ops):
+        first = {**params[0], "impl": "kernel", "aliases": (), "workspace": (0, sizes[0])}
+        outs, _ = specs[0].apply(ops[:count], first, arenas[0])
+        if not train:
+            return outs[:3]
+        grad = {**params[1], "impl": "kernel", "aliases": (), "workspace": (0, sizes[-1])}
+        grads, _ = specs[1].apply([ops[-1], *ops[:2], *outs[1:4]], grad, arenas[1])
+        return (*outs[:3], *grads)
+
+    def program(arenas, *ops):
+        return fn(*ops)
+
+    arenas = tuple(np.zeros((size,), np.uint8) for size in sizes)
+    return kernels, program, [arenas, *operands]

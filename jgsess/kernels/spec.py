@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from .. import _compat
+from .. import _compat, _config, platforms
 from . import _native, partition
 
 NODE_ONLY_PARAMS = frozenset({"impl"})
@@ -96,6 +96,18 @@ class KernelSpec:
     def platforms(self) -> frozenset[str]:
         """The jax platforms with a compiled kernel for this spec."""
         return _native.targets().get(self.target, frozenset())
+
+    def available(self, platform: str) -> tuple[bool, str]:
+        """Whether the kernel may run on `platform` at all (the cost model aside), and if not,
+        why: JGSESS_KERNELS turns it off, none is compiled for the platform, or the GPU cannot
+        run the code built."""
+        if not _config.kernel_enabled(self.name):
+            return False, "JGSESS_KERNELS turns it off"
+        if platform not in self.platforms():
+            return False, f"no compiled {platform} kernel"
+        if platform == "cuda":
+            return _native.cuda_usable(platforms.cuda_device())
+        return True, ""
 
     @functools.cached_property
     def primitive(self):

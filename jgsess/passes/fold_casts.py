@@ -13,13 +13,11 @@ operand paired with a result (a parameter and its update) folds only together wi
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
+from ..ir.dtypes import NARROW
 from ..ir.graph import Graph, Node, Value
 from .manager import Context, Pass
-
-NARROW = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16))
 
 
 def _widened(value: Value) -> Value | None:

@@ -2,19 +2,8 @@
 
 from __future__ import annotations
 
-from . import (
-    add_any,
-    bucket_all_reduce,
-    canonicalize,
-    casts,
-    combine,
-    dce,
-    fold_casts,
-    plan,
-    select,
-    transposes,
-    widen,
-)
+from . import bucket_all_reduce, combine, dce, fold_casts, plan, select, widen
+from .cleanups import CLEANUPS
 from .fusions import (
     fold_clip,
     fuse_adamw,
@@ -29,13 +18,10 @@ from .manager import Pass
 
 def default_pipeline() -> list[Pass]:
     return [
-        # optimize: device-independent rewrites (GPUSession::Optimize)
-        canonicalize.PASS,
-        casts.PASS,
+        # optimize: the device-independent clean-ups, then the rewrites and fusions
+        # (GPUSession::Optimize)
+        *CLEANUPS,
         widen.PASS,
-        transposes.PAIR_PASS,
-        transposes.DEDUP_PASS,
-        add_any.PASS,
         dce.PASS,
         fuse_batch_norm.PASS,
         fuse_global_norm.PASS,

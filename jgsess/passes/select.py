@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import _compat, _config, autotune, platforms
+from .. import _compat, autotune
 from ..ir.graph import Graph, Node
-from ..kernels import _native
 from .manager import Context, Pass
 
 
@@ -30,20 +29,9 @@ class KernelChoice:
     nbytes: int
 
 
-def available(spec, platform: str) -> tuple[bool, str]:
-    """Whether `spec`'s kernel may run here at all (the cost model aside), and if not, why."""
-    if not _config.kernel_enabled(spec.name):
-        return False, "JGSESS_KERNELS turns it off"
-    if platform not in spec.platforms():
-        return False, f"no compiled {platform} kernel"
-    if platform == "cuda":
-        return _native.cuda_usable(platforms.cuda_device())
-    return True, ""
-
-
 def choose(node: Node, ctx: Context) -> tuple[str, str]:
     spec, platform = node.op, ctx.platform
-    ok, reason = available(spec, platform)
+    ok, reason = spec.available(platform)
     if not ok:
         return "xla", reason
     if spec.prefer_kernel is None:

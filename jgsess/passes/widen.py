@@ -29,9 +29,9 @@ import numpy as np
 
 from .. import _compat, autotune
 from ..ir import ops
+from ..ir.dtypes import NARROW
 from ..ir.graph import Graph, Value
 from ..patterns import Match, Pat, Var, rewrite
-from .fold_casts import NARROW
 from .manager import Context, Pass
 
 

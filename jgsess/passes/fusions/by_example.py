@@ -22,7 +22,8 @@ from ... import _compat
 from ...ir import from_jaxpr
 from ...ir.graph import Value
 from ...patterns import Lit, Pat, Pattern, Scalar, Var, pattern_nodes
-from .. import canonicalize, dce
+from ..cleanups import clean
+from ..manager import Context
 
 _EXAMPLE_SIZE = 7
 
@@ -59,9 +60,7 @@ def from_function(fn, scalars=(), dtypes=None, names=None) -> ExamplePattern:
         for n in names
     ]
     graph = from_jaxpr(jax.make_jaxpr(fn)(*structs))
-    for cleanup in (canonicalize, dce):
-        cleanup.run(graph, None)
-        graph.settle()
+    clean(graph, Context())
     memo: dict[Value, Pattern] = {}
     for name, value in zip(names, graph.inputs):
         memo[value] = Scalar(name) if name in scalars else Var(name)

@@ -30,11 +30,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ...ir import ops
+from ...ir.dtypes import NARROW
 from ...ir.graph import Graph, Node, Value
 from ...patterns import Match, match
-from ..fold_casts import NARROW
 from ..manager import Context, Pass
-from ..select import available
 from .by_example import ExamplePattern
 
 
@@ -116,7 +115,7 @@ def apply(graph: Graph, rewrite: Rewrite) -> None:
 def _wanted(fusion: Fusion, ctx: Context) -> tuple[bool, str]:
     """Whether selection would take a hardware fusion's kernels here, and if not, why."""
     for spec in fusion.kernels:
-        ok, reason = available(spec, ctx.platform)
+        ok, reason = spec.available(ctx.platform)
         if not ok:
             return False, reason
         if spec.prefer_kernel is not None:

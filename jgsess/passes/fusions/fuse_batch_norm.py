@@ -44,9 +44,8 @@ from ...ir import from_jaxpr
 from ...ir.graph import Graph, Node, Value
 from ...kernels import batch_norm
 from ...patterns.embed import Embedding, embed
-from .. import add_any, canonicalize, casts, dce, transposes
+from ..cleanups import clean
 from ..manager import Context
-from ..select import available
 from .engine import Fusion, Rewrite
 
 NAME = "fuse-batch-norm-relu"
@@ -54,25 +53,6 @@ NAME = "fuse-batch-norm-relu"
 _EPS = 0.0123456789
 _EPS_KEY = float(np.float32(_EPS))
 _PROBE_DEPTH = 8
-
-
-def example_fn(form: str, train: bool, eps: float, axis: int, dtype):
-    """The program a fusion replaces: `FORMS[form]` + ReLU (forward: -> y, mean, var), with
-    `jax.vjp` (train: the last argument is dy; -> y, mean, var and the input gradients)."""
-    formula = functools.partial(batch_norm.FORMS[form], eps=eps, axis=axis, dtype=dtype)
-
-    def forward(*primals):
-        s, mean, var = formula(*primals)
-        return jax.nn.relu(s), (mean, var)
-
-    def fn(*args):
-        if not train:
-            y, (mean, var) = forward(*args)
-            return y, mean, var
-        y, vjp, (mean, var) = jax.vjp(forward, *args[:-1], has_aux=True)
-        return (y, mean, var, *vjp(args[-1]))
-
-    return fn
 
 
 def _structs(shape, axis: int, add: bool, train: bool, x_dtype, y_dtype):
@@ -91,13 +71,10 @@ class _Example:
     (y, mean, var[, dx, dscale, dbias[, dz]])."""
 
     def __init__(self, form: str, train: bool, add: bool, shape, x_dtype, y_dtype, axis: int):
-        fn = example_fn(form, train, _EPS, axis, np.dtype(y_dtype))
+        fn = batch_norm.program_fn(form, train, _EPS, axis, np.dtype(y_dtype))
         structs = _structs(shape, axis, add, train, x_dtype, y_dtype)
         graph = from_jaxpr(jax.make_jaxpr(fn)(*structs))
-        ctx = Context()
-        for cleanup in _CLEANUPS:
-            cleanup.run(graph, ctx)
-            graph.settle()
+        clean(graph, Context())
         self.graph = graph
         self.outputs = list(graph.outputs)
         self.anchor = self.outputs[0].producer
@@ -121,9 +98,6 @@ def _residuals(graph: Graph) -> list[Value]:
             if v.producer is not None and v.producer not in backward
         )
     )
-
-
-_CLEANUPS = (canonicalize.PASS, casts.PASS, transposes.PAIR_PASS, add_any.PASS, dce.PASS)
 
 
 @functools.lru_cache(maxsize=512)
@@ -290,12 +264,12 @@ def _decide(specs, params, avals, train: bool, ctx) -> tuple[bool, str]:
     saves most and the forward about breaks even (on the 2-core CPU the kernels lost at
     ResNet-18's small shapes and won at most of ResNet-50's batch-32 ones)."""
     for spec in specs:
-        ok, reason = available(spec, ctx.platform)
+        ok, reason = spec.available(ctx.platform)
         if not ok:
             return False, reason
     name = "+".join(spec.name for spec in specs)
     key = autotune.key(name, ctx.platform, avals, {**params[0], "train": train})
-    sides = functools.partial(_sides, specs, params, avals, train)
+    sides = functools.partial(batch_norm.measured_sides, specs, params, avals, train)
     found = autotune.decide(
         name, key, sides, ctx.platform, ctx.record.autotune, ctx.autotune_budget
     )
@@ -304,31 +278,6 @@ def _decide(specs, params, avals, train: bool, ctx) -> tuple[bool, str]:
     if found == autotune.UNMEASURED_YET:
         ctx.record.unmeasured.append((name, "kernel"))
     return True, f"{found}; cost model: the kernels"
-
-
-def _sides(specs, params, avals, train: bool):
-    """For jgsess.autotune: (the kernels, the program's code, operands)."""
-    rng = np.random.default_rng(0)
-    operands = [autotune.random_operand(a, rng) for a in avals]
-    static = params[0]
-    fn = example_fn(static["form"], train, static["eps"], static["axis"], np.dtype(static["dtype"]))
-    sizes = [spec.workspace(p, [avals[0], avals[0]]) for spec, p in zip(specs, params)]
-    count = len(avals) - int(train)
-
-    def kernels(arenas, *ops):
-        forward = {**params[0], "impl": "kernel", "aliases": (), "workspace": (0, sizes[0])}
-        outs, _ = specs[0].apply(ops[:count], forward, arenas[0])
-        if not train:
-            return outs[:3]
-        backward = {**params[1], "impl": "kernel", "aliases": (), "workspace": (0, sizes[-1])}
-        grads, _ = specs[1].apply([ops[-1], *ops[:2], *outs[1:4]], backward, arenas[1])
-        return (*outs[:3], *grads)
-
-    def program(arenas, *ops):
-        return fn(*ops)
-
-    arenas = tuple(np.zeros((size,), np.uint8) for size in sizes)
-    return kernels, program, [arenas, *operands]
 
 
 def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:

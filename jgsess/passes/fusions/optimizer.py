@@ -29,12 +29,11 @@ import jax
 import numpy as np
 
 from ... import autotune
+from ...ir.dtypes import NARROW
 from ...ir.graph import Graph, Node, Value
 from ...kernels.spec import KernelSpec
 from ...patterns import Match
-from ..fold_casts import NARROW
 from ..manager import Context
-from ..select import available
 from .by_example import from_function
 from .engine import FusionRule
 
@@ -176,7 +175,7 @@ def update_rules(
 
     def selected(node: Node, ctx: Context) -> tuple[bool, str]:
         flags = node.params["flags"]
-        if not flags & rounded or not available(spec, ctx.platform)[0]:
+        if not flags & rounded or not spec.available(ctx.platform)[0]:
             return True, ""  # f32, or XLA's code runs it anyway (the same operations)
         dtype = node.inputs[len(scalars)].dtype
         options = ctx.compiler_options
