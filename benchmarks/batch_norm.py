@@ -32,6 +32,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jgsess  # noqa: E402
 from jgsess.kernels.batch_norm import flax_form  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402
+
 # (spatial size, channels, residual add): ResNet-50's distinct BatchNorm shapes
 RESNET50_BN = [
     (112, 64, False),  # stem
@@ -111,6 +114,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--shapes", type=int, default=len(RESNET50_BN), help="first N shapes")
+    parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     os.environ.setdefault("JGSESS_AUTOTUNE_CACHE", os.path.join(tempfile.mkdtemp(), "at.json"))
     dtype = np.dtype(jnp.dtype(args.dtype))
@@ -132,6 +136,23 @@ def main() -> None:
         f"{'total':<22} {total['jax.jit'] * 1e3:8.2f}ms {total['kernel'] * 1e3:8.2f}ms "
         f"{total['selected'] * 1e3:8.2f}ms {total['jax.jit'] / total['kernel']:9.2f}x"
     )
+    notes = f"batch {args.batch}, {args.dtype}, medians of {args.runs} runs"
+    record.save(args.out, "batch_norm", table(rows, total), rows, notes)
+
+
+def table(rows: list[dict], total: dict) -> str:
+    """Markdown: per shape, the three times, the kernels' speed-up and what selection chose."""
+    out = [
+        "| shape | jax.jit | kernel | selected | jax.jit / kernel | selection chose (measured) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for r in [*rows, {**total, "shape": "total", "choices": []}]:
+        chose = "; ".join(f"{impl} ({reason})" for _, impl, reason in r["choices"])
+        out.append(
+            f"| {r['shape']} | {r['jax.jit'] * 1e3:.2f} ms | {r['kernel'] * 1e3:.2f} ms | "
+            f"{r['selected'] * 1e3:.2f} ms | {r['jax.jit'] / r['kernel']:.2f}x | {chose} |"
+        )
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

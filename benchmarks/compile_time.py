@@ -17,13 +17,12 @@ trace of the step (`jax.jit(f).trace`): the pipeline minus that is what jgsess a
 front end.
 
     python benchmarks/compile_time.py [--rounds 3] [--big-rounds 1] [--only adamw-10,mlp-20]
-                                      [--chart PATH]
+                                      [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -36,6 +35,9 @@ import numpy as np
 import optax
 
 import jgsess
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402
 
 EVENTS = {
     "/jgsess/trace_duration": "trace",
@@ -242,7 +244,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--big-rounds", type=int, default=1, help="rounds for 1,000+ leaves")
     parser.add_argument("--only", default=",".join(WORKLOADS))
-    parser.add_argument("--chart", default="benchmarks/results/compile_time.png")
+    parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     warm_step, warm_args = adamw_step(3)  # one-time work (jax's, patterns traced) out of the way
     for make in (jax.jit, jgsess.jit):
@@ -260,10 +262,9 @@ def main() -> None:
             flush=True,
         )
     print(table(rows))
-    print(json.dumps(rows))
-    os.makedirs(os.path.dirname(args.chart) or ".", exist_ok=True)
-    chart(rows, args.chart)
-    print(f"\nchart: {args.chart}")
+    notes = f"medians of {args.rounds} rounds ({args.big_rounds} for 1,000+ leaves)"
+    print(f"record: {record.save(args.out, 'compile_time', table(rows), rows, notes)}")
+    chart(rows, os.path.join(args.out, "compile_time.png"))
 
 
 if __name__ == "__main__":

@@ -88,13 +88,13 @@ out = sys.argv[1]
 path = os.path.join(out, "train_step.json")
 if os.path.exists(path):
     print(f"{'train step':24s} {'jax.jit ms':>10s} {'jgsess.jit':>10s} {'speedup':>8s}")
-    for r in json.load(open(path)):
+    for r in json.load(open(path))["results"]:
         ms = r["ms"]
         print(f"{r['workload']:24s} {ms['jax.jit']:10.3f} {ms['jgsess.jit']:10.3f} "
               f"{r['speedup']:7.2f}x")
 path = os.path.join(out, "optimizer_step.json")
 if os.path.exists(path):
-    data = json.load(open(path))
+    data = json.load(open(path))["results"]  # benchmarks/record.py: the run's record
     ceilings = data["ceilings"]
     print(f"{'set':17s} {'opt':20s} {'jax.jit ms':>10s} {'jgsess.jit':>10s} {'speedup':>8s} "
           f"{'torch':>8s} {'of ceiling':>10s}")

@@ -40,6 +40,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 import param_sets  # noqa: E402
+import record  # noqa: E402
 
 import jgsess  # noqa: E402
 
@@ -174,13 +175,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
-    print(
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    emit(
         "| set | optimizer | layout | steps | 1-device speedup | jax.jit ms | jgsess.jit ms | "
         "speedup | of 1-device speedup (same rounds) | runtime bound |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    emit("|---|---|---|---|---|---|---|---|---|---|")
     places = layouts(mesh)
     single = places.pop("one device")
     for name in args.sets.split(","):
@@ -192,15 +200,13 @@ def main() -> None:
                     shapes, {"one device": single, layout: place}, optimizer, args.runs
                 )
                 for mode, by_layout in times.items():
-                    print(
-                        f"| {name} | {optimizer} | {layout} | {mode} | {row(by_layout, layout)} |"
-                    )
-    print()
-    print(
+                    emit(f"| {name} | {optimizer} | {layout} | {mode} | {row(by_layout, layout)} |")
+    emit("")
+    emit(
         "| gradients pmean'd per leaf in shard_map | jax.jit ms | bucketed ms | pass measured "
         "(as written / bucketed) | pass chose |"
     )
-    print("|---|---|---|---|---|")
+    emit("|---|---|---|---|---|")
     for name in args.sets.split(","):
         log(f"{name} bucketing ...")
         plain, fused, choices = bucketing(SETS[name](), mesh, args.runs)
@@ -209,7 +215,9 @@ def main() -> None:
             for c in choices
         )
         chose = "; ".join("bucketed" if c.taken else "as written" for c in choices)
-        print(f"| {name} | {plain:.2f} | {fused:.2f} | {measured} | {chose} |")
+        emit(f"| {name} | {plain:.2f} | {fused:.2f} | {measured} | {chose} |")
+    notes = f"4 forced CPU devices, medians of {args.runs} rounds"
+    record.save(args.out, "multi_device", "\n".join(lines), None, notes)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ pays write-allocate traffic) as a second column. Bytes counted per parameter: Ad
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import multiprocessing
 import os
@@ -53,6 +52,7 @@ import optax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import record  # noqa: E402
 from param_sets import SETS  # noqa: E402
 
 import jgsess  # noqa: E402
@@ -455,19 +455,18 @@ def main() -> None:
                     results.append(pool.apply(run_set, row))
     ceiling = {k: max(v, w) for (k, v), w in zip(ceiling.items(), ceilings().values())}
     text = table(results, ceiling)
-    with open(os.path.join(args.out, "optimizer_step.json"), "w") as f:
-        json.dump(
-            {"ceilings": {str(k): v for k, v in ceiling.items()}, "results": results}, f, indent=1
-        )
     plot(results, ceiling, os.path.join(args.out, "optimizer_step.png"))
-    log("")
-    log(
-        "ceilings (GB/s, best of start and end): "
+    notes = (
+        f"ms per step, medians of {args.runs} interleaved runs; ceilings (GB/s, best of start "
+        "and end): "
         + ", ".join(
             f"{k if isinstance(k, str) else ' '.join(k)} {v:.1f}" for k, v in ceiling.items()
         )
     )
-    log(f"median of {args.runs} interleaved runs each")
+    raw = {"ceilings": {str(k): v for k, v in ceiling.items()}, "results": results}
+    record.save(args.out, "optimizer_step", text, raw, notes)
+    log("")
+    log(notes)
     log(text)
     log(f"chart: {os.path.join(args.out, 'optimizer_step.png')}")
 

@@ -26,7 +26,6 @@ itself`) is what the same program measures against itself, the noise floor of th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -42,6 +41,7 @@ import optax
 import jgsess
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402
 from param_sets import EFFICIENTNET_B0_STAGES  # noqa: E402
 from resnet import MODELS as RESNETS  # noqa: E402
 
@@ -301,10 +301,10 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     log(f"jax {jax.__version__}, {jax.default_backend()}, {os.cpu_count()} CPUs")
     results = [run_workload(w, args.runs, args.warmup) for w in args.workloads.split(",")]
-    with open(os.path.join(args.out, "train_step.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    notes = f"medians of {args.runs} interleaved rounds"
+    record.save(args.out, "train_step", table(results), results, notes)
     log("")
-    log(f"medians of {args.runs} interleaved rounds")
+    log(notes)
     log(table(results))
 
 

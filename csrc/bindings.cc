@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "common/chunk.h"
 #include "common/simd.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/momentum/momentum.h"
@@ -20,6 +21,7 @@ pybind11::dict FlagDict(const jgsess::FlagName (&names)[kCount]) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "jgsess kernels as XLA FFI handlers";
+  m.attr("CHUNK") = jgsess::kChunk;  // elements per chunk of multi-tensor work
   m.def("registrations", &jgsess::Registrations,
         "target name -> {platform: PyCapsule} for jax.ffi.register_ffi_target");
   m.def("has_cuda", &jgsess::HasCuda, "whether the CUDA kernels were built in");

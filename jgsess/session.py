@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from . import _config, autotune, platforms
 from .emit import evaluate
-from .ir import from_jaxpr, graph_text
+from .ir import from_jaxpr
+from .ir.graph import Graph
 from .passes.manager import CompileRecord, Context, PassRecord, run_pipeline
 from .passes.pipeline import default_pipeline
 
@@ -30,7 +31,8 @@ class Session:
     records: list[PassRecord] = field(default_factory=list)
     record: CompileRecord = field(default_factory=CompileRecord)
     fallback: str | None = None
-    graph: str = ""
+    # the optimized graph, kept where the compilation was asked for a plan (a report's)
+    graph: Graph | None = None
     # the pipeline's own time: "trace" (to a jaxpr), "passes", "emit" (into jax.jit's trace)
     seconds: dict = field(default_factory=dict)
 
@@ -75,7 +77,7 @@ def compile_jaxpr(
         records,
         ctx.record,
         None,
-        graph_text(graph) if plan else "",
+        graph if plan else None,
         {"passes": time.perf_counter() - start},
     )
     return functools.partial(evaluate, graph), session

@@ -50,9 +50,14 @@ def evaluate(graph, *args):
     return jax.jit(lambda *a: emit(graph, a))(*args)
 
 
+def nodes(graph, name: str) -> list:
+    """The nodes named `name` in the graph and its sub-graphs (fused nodes by kernel name)."""
+    return [n for g in graph.walk() for n in g.live() if n.name == name]
+
+
 def count(graph, name: str) -> int:
     """Nodes named `name` in the graph and its sub-graphs (fused nodes by kernel name)."""
-    return sum(n.name == name for g in graph.walk() for n in g.live())
+    return len(nodes(graph, name))
 
 
 def rand(shape, seed=0, dtype=jnp.float32):

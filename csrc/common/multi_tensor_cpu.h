@@ -93,9 +93,9 @@ void RunMultiTensor(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kO
 // where p is bf16 and first f32 (optax's adamw with mu_dtype=f32 on bf16 parameters). Where the
 // only narrow buffers are bf16 p, g and p' (and such a v), or a bf16 first state (optax's
 // mu_dtype, accumulator_dtype), the body reads and writes them in place, converting in
-// registers (staging them through scratch, as RunMultiTensor does, cost a third of the step:
-// BERT-base momentum 65 ms against XLA's 48); other narrow types (f16, p and g of different
-// types, narrow state with narrow p) are staged.
+// registers (staging them through scratch, as RunMultiTensor does, made the bf16 momentum step
+// slower than XLA's: benchmarks/optimizer_step.py's bf16 rows); other narrow types (f16, p and g
+// of different types, narrow state with narrow p) are staged.
 template <int kIn, int kOut, typename Body>
 void RunOptimizer(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut>>& tensors,
                   Body body) {

@@ -1,6 +1,6 @@
 // Multi-tensor apply for CUDA, in the style of Apex's multi_tensor_apply.cuh.
 //
-// The tensors of one call are cut into chunks of kCudaChunk elements; one CUDA block handles
+// The tensors of one call are cut into chunks of kChunk elements; one CUDA block handles
 // one chunk. Addresses, element types, sizes and the block -> (tensor, chunk) table travel by
 // value as the kernel's argument (no host-to-device copy, so the launch can be captured in a
 // CUDA graph). When a launch's table fills up, it is launched and filling starts over, carrying
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/chunk.h"
 #include "common/launch.cuh"
 #include "common/optimizer.h"
 #include "common/tensor_list.h"
@@ -54,7 +55,6 @@ ffi::Error Load(Args, Rets, ffi::Dictionary) {
   return kLoad();
 }
 
-constexpr int64_t kCudaChunk = 65536;
 constexpr int kCudaBlock = 512;
 
 enum class Elem : int8_t { kF32, kBF16, kF16 };
@@ -157,7 +157,7 @@ cudaError_t MultiTensorApply(const std::vector<TensorSlots<kIn, kOut>>& tensors,
   for (const auto& t : tensors) {
     if (t.size == 0) continue;
     put(count++, t);
-    const int64_t chunks = (t.size + kCudaChunk - 1) / kCudaChunk;
+    const int64_t chunks = (t.size + kChunk - 1) / kChunk;
     for (int64_t c = 0; c < chunks; ++c) {
       table.block_tensor[blocks] = count - 1;
       table.block_chunk[blocks] = static_cast<int>(c);

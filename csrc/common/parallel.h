@@ -18,13 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/chunk.h"
 #include "common/ffi.h"
 
 namespace jgsess {
-
-// Elements per chunk: 256 KiB of f32 per stream, so a thread streams long runs (the hardware
-// prefetchers like that) while two to a few dozen threads still balance.
-constexpr int64_t kCpuChunk = 65536;
 
 // How often a call whose chunks are all claimed yields while the last ones run before it sleeps.
 constexpr int kYieldsBeforeSleep = 64;
@@ -36,12 +33,12 @@ class TensorGroup {
     for (size_t t = 0; t < sizes.size(); ++t) offsets_[t + 1] = offsets_[t] + sizes[t];
   }
   int64_t total() const { return offsets_.back(); }
-  int64_t num_chunks() const { return (total() + kCpuChunk - 1) / kCpuChunk; }
+  int64_t num_chunks() const { return (total() + kChunk - 1) / kChunk; }
 
   // Calls f(tensor, begin, end) for the pieces of every tensor that chunk c covers.
   template <typename F>
   void ForChunk(int64_t c, F&& f) const {
-    int64_t lo = c * kCpuChunk, hi = std::min(total(), lo + kCpuChunk);
+    int64_t lo = c * kChunk, hi = std::min(total(), lo + kChunk);
     size_t t = std::upper_bound(offsets_.begin(), offsets_.end(), lo) - offsets_.begin() - 1;
     for (; t + 1 < offsets_.size() && offsets_[t] < hi; ++t) {
       int64_t begin = std::max(lo, offsets_[t]) - offsets_[t];

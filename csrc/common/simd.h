@@ -63,7 +63,7 @@ namespace simd_detail {
 // Each version is flattened: everything the region calls (a SimdFor body, the element
 // functions it calls) is inlined into it, so the loop is vectorized for that version's
 // instructions whatever the inliner would decide on its own (an AdamW body with bf16
-// conversions was left as a call per element: 2x slower than f32).
+// conversions was left as a call per element, far slower than f32).
 template <typename F>
 __attribute__((flatten)) void RunBaseline(F& region) {
   region();

@@ -20,9 +20,9 @@ def reference(*operands, dtypes):
 
 
 def _prefer_kernel(node, platform: str) -> tuple[bool, str]:
-    # Measured on the 2-core CPU: 213 parameter casts took 1.1 ms as XLA's own converts and
-    # 1.3 ms as one cast_all call (the per-buffer cost of a custom call outweighs the saving).
-    # On a GPU each convert is a launch of its own; one launch replaces them all.
+    # On the CPU a custom call's per-buffer cost outweighs what one call saves over XLA's own
+    # converts (which also fuse with their consumers); on a GPU each convert is a launch of its
+    # own, and one launch replaces them all (benchmarks/train_step.py's mixed-precision steps).
     if platform == "cpu":
         return False, "XLA's converts are as fast on the CPU and fuse with their consumers"
     if len(node.inputs) < 8:

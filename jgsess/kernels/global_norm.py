@@ -19,7 +19,7 @@ from .. import _compat
 from .partition import Factors, dims
 from .spec import KernelSpec
 
-CHUNK = 65536  # csrc/kernels/global_norm/global_norm.h: kNormChunk
+CHUNK = 65536  # csrc/common/chunk.h: kChunk (tests/kernels/test_constants.py)
 
 
 def reference(*tensors):

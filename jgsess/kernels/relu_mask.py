@@ -53,11 +53,12 @@ def backward(mask, *grads):
 
 
 def prefer_kernel(node, platform: str) -> tuple[bool, str]:
-    # Measured on the 2-core CPU (flax MLP and CNN train steps): XLA's temp bytes 7-19% lower,
-    # steps 2-4% slower (the bias add no longer fuses with the ReLU). Not measured on a GPU.
+    # The masks lower XLA's temp memory, but the bias add no longer fuses with the ReLU, so the
+    # step is slower on the CPU (flax MLP and CNN steps: report.memory and
+    # benchmarks/train_step.py show both). Not measured on a GPU.
     if _config.prefer_memory():
         return True, "JGSESS_PREFER=memory: 1 bit per element kept for the backward"
-    return False, "saves memory but costs 2-4% speed (set JGSESS_PREFER=memory to take it)"
+    return False, "saves memory but costs some speed (set JGSESS_PREFER=memory to take it)"
 
 
 def mask_factors(shape: tuple) -> tuple:

@@ -24,10 +24,9 @@ from ..ir.graph import Graph, Node, Value
 from .manager import Context, Pass
 
 # Tensors per call at most. XLA's compile time grows faster than linearly with the aliased
-# operands of one custom call (each result written over its donated operand): measured on the
-# 2-core CPU, an AdamW step over 500 leaves of 1K-4K elements took 11.6 s to its first result as
-# one call and 2.9 s as calls of 128 tensors, 213 EfficientNet-B0 leaves 1.25 s and 0.69 s;
-# the steps ran as fast (7.76 / 7.73 ms, 5.63 / 5.60 ms; calls of 64: 7.92, 5.82 ms).
+# operands of one custom call (each result written over its donated operand), so hundreds of
+# leaves compile faster as several calls, while the steps run as fast; smaller calls made the
+# steps slower (benchmarks/compile_time.py's adamw-500 and adamw-1000 show the first call).
 MAX_TENSORS = 128
 
 

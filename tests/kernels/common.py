@@ -12,8 +12,8 @@ import numpy as np
 from jgsess import platforms
 from tests.helpers import assert_trees_close
 
-# odd sizes: one element, less than a SIMD vector, not a multiple of the CPU chunk (16384) or
-# the CUDA chunk (65536), a 2-D tensor, several chunks
+# odd sizes: one element, less than a SIMD vector, not a multiple of the chunk (65536 elements,
+# global_norm.CHUNK), a 2-D tensor, several chunks
 SIZES = [(1,), (7,), (1023,), (33, 65), (100_003,)]
 
 

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jgsess.kernels import momentum
+from jgsess.kernels import global_norm, momentum
 from tests.kernels.bad_calls import multi_tensor
 from tests.kernels.common import SIZES, check
 
@@ -81,7 +81,7 @@ def test_cuda_kernel_matches_reference(flags, cuda_device):
 def test_a_tensor_longer_than_a_launch_continues_in_the_next(cuda_device):
     """A CUDA launch covers at most 320 chunks of 64K elements: a tensor of 330 chunks fills one
     launch partway through and is carried into the next (common/multi_tensor_cuda.cuh)."""
-    ops = operands([(7,), (330 * 65536 + 5,), (9,)], seed=3)
+    ops = operands([(7,), (330 * global_norm.CHUNK + 5,), (9,)], seed=3)
     check(momentum.SPEC, ops, rtol=2e-6, device=cuda_device, flags=momentum.Flag.NESTEROV)
 
 

@@ -2,11 +2,12 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
 import jgsess
-from tests.helpers import assert_trees_close, rand
+from tests.helpers import assert_trees_close, count, rand
 from tests.optax_steps import compare, tree, update_step
 
 
@@ -59,7 +60,7 @@ def test_updates_inside_a_cond_are_combined_there():
     fused = jgsess.jit(step)
     report = fused.report(params, state, grads, True)
     assert report.session.record.combined == [("adamw", 2)]
-    assert report.session.graph.count("jgsess.adamw") == 1  # inside the branch
+    assert count(report.session.graph, "adamw") == 1  # inside the branch
     assert_trees_close(fused(params, state, grads, True), jax.jit(step)(params, state, grads, True))
 
 
@@ -140,7 +141,8 @@ def test_x64_bias_corrections_converted_per_leaf_still_combine(x64):
     report = fused.report(params, state, grads)
     assert report.session.record.combined == [("adamw", 5)]
     assert len(report.kernels) == 1
-    assert "f64" in report.session.graph  # the bias corrections are computed in f64
+    dtypes = {v.dtype for g in report.session.graph.walk() for n in g.live() for v in n.outputs}
+    assert np.dtype(np.float64) in dtypes  # the bias corrections are computed in f64
     assert_trees_close(fused(params, state, grads), jax.jit(step)(params, state, grads))
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 
 import jgsess
-from tests.helpers import assert_trees_close
+from tests.helpers import assert_trees_close, count, nodes
 from tests.optax_steps import compare, tree, update_step
 
 
@@ -29,11 +29,10 @@ def test_bf16_params_with_f32_momentum_run_in_one_kernel(monkeypatch):
     params = bf16(tree(0))
     report = compare(opt, params=params, rtol=1e-2, atol=1e-2)
     assert report.fusions["momentum"] == 5
-    assert "convert_element_type" not in report.session.graph
-    kernel_line = next(
-        line for line in report.session.graph.splitlines() if "jgsess.momentum" in line
-    )
-    assert kernel_line.startswith("  p:bf16[7] q:f32[7]")  # p' written as bf16, acc' as f32
+    assert count(report.session.graph, "convert_element_type") == 0
+    node = nodes(report.session.graph, "momentum")[0]
+    first = [np.dtype(v.dtype).name for v in node.outputs[:2]]
+    assert first == ["bfloat16", "float32"]  # p' written as bf16, acc' as f32
     (choice,) = report.kernels
     assert choice.impl == "kernel"
     same_bits_without_the_pass(
@@ -53,7 +52,8 @@ def test_f32_master_params_with_bf16_gradients_cast_inside_the_kernel(monkeypatc
     grads = bf16(tree(1, 0.1))
     fused = jgsess.jit(step)
     report = fused.report(params, state, grads)
-    assert report.fusions["adamw"] == 5 and "convert_element_type" not in report.session.graph
+    assert report.fusions["adamw"] == 5
+    assert count(report.session.graph, "convert_element_type") == 0
     assert_trees_close(fused(params, state, grads), jax.jit(step)(params, state, grads), 2e-6, 1e-7)
     same_bits_without_the_pass(monkeypatch, step, params, state, grads)
 
@@ -71,6 +71,6 @@ def test_a_param_whose_f32_result_is_also_used_does_not_narrow():
     fused = jgsess.jit(step)
     report = fused.report(params, state, tree(1, 0.1))
     assert report.fusions["momentum"] == 5
-    assert "convert_element_type" in report.session.graph  # p' stays f32: it is read as f32
+    assert count(report.session.graph, "convert_element_type") > 0  # p' stays f32: read as f32
     want = jax.jit(step)(params, state, tree(1, 0.1))
     assert_trees_close(fused(params, state, tree(1, 0.1)), want, 1e-2, 1e-2)

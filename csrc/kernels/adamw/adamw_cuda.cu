@@ -34,8 +34,8 @@ __global__ void __launch_bounds__(kCudaBlock)
   const AdamwHyper h = LoadHyper(hyper);
   const AdamwReciprocals r = Reciprocals(h);
   const int t = table.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
-  const int64_t end = min(table.size[t], begin + kCudaChunk);
+  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kChunk;
+  const int64_t end = min(table.size[t], begin + kChunk);
   WithRounding<Has(kFlags, AdamwFlag::kNarrowMath) || Has(kFlags, AdamwFlag::kMixed)>(
       table.type[0][t], [&](auto q) { AdamwChunk<kFlags>(table, h, r, t, begin, end, q); });
 }

@@ -11,8 +11,8 @@ using CastTable = TensorTable<2>;  // x, y
 __global__ void __launch_bounds__(kCudaBlock)
     CastAllKernel(const __grid_constant__ CastTable table) {
   const int t = table.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
-  const int64_t end = min(table.size[t], begin + kCudaChunk);
+  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kChunk;
+  const int64_t end = min(table.size[t], begin + kChunk);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     StoreF32(table.ptr[1][t], table.type[1][t], i, LoadF32(table.ptr[0][t], table.type[0][t], i));
   }

@@ -1,7 +1,7 @@
 // The global norm of many tensors, sqrt(sum over tensors of sum(x*x)), as optax's
 // clip_by_global_norm computes it [Apex's multi_tensor_l2norm].
 //
-// Each tensor is cut into chunks of kNormChunk elements; a chunk's sum of squares is one f32
+// Each tensor is cut into chunks of kChunk elements; a chunk's sum of squares is one f32
 // partial in the workspace (in the program's workspace arena). A tensor's sum adds its partials
 // in chunk order, and the total adds the tensors' sums in order, left to right, as optax's
 // Python sum does: the result does not depend on how many threads or blocks ran.
@@ -11,14 +11,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/chunk.h"
 #include "common/ffi.h"
 #include "common/tensor_list.h"
 
 namespace jgsess {
 
-constexpr int64_t kNormChunk = 65536;  // jgsess/kernels/global_norm.py: CHUNK
-
-inline int64_t NormItems(int64_t size) { return (size + kNormChunk - 1) / kNormChunk; }
+inline int64_t NormItems(int64_t size) { return (size + kChunk - 1) / kChunk; }
 
 struct NormCall {
   std::vector<TensorSlots<1, 0>> tensors;

@@ -40,8 +40,8 @@ ffi::Error GlobalNormCpuImpl(ffi::ThreadPool pool, Buffer arena, Args args,
   std::vector<int64_t> first_item;  // per tensor
   for (const auto& t : call->tensors) {
     first_item.push_back(static_cast<int64_t>(items.size()));
-    for (int64_t begin = 0; begin < t.size; begin += kNormChunk) {
-      items.push_back({t.in[0], t.in_type[0], begin, std::min(t.size, begin + kNormChunk)});
+    for (int64_t begin = 0; begin < t.size; begin += kChunk) {
+      items.push_back({t.in[0], t.in_type[0], begin, std::min(t.size, begin + kChunk)});
     }
   }
   // arena and arena_out are one buffer when aliased (always, in a planned program)
@@ -50,7 +50,7 @@ ffi::Error GlobalNormCpuImpl(ffi::ThreadPool pool, Buffer arena, Args args,
   }
   float* partial = reinterpret_cast<float*>(call->workspace);
   ParallelFor(pool, static_cast<int64_t>(items.size()), [&](int64_t i) {
-    thread_local std::vector<float> scratch(kNormChunk);
+    thread_local std::vector<float> scratch(kChunk);
     partial[i] = SumSquares(items[i], scratch.data());
   });
   first_item.push_back(static_cast<int64_t>(items.size()));

@@ -10,8 +10,6 @@
 namespace jgsess {
 namespace {
 
-static_assert(kNormChunk == kCudaChunk, "a block's chunk is one partial sum");
-
 using NormTable = TensorTable<1>;  // x
 
 // workspace: partial[items], then starts[items] (1.0 where a chunk is its tensor's first);
@@ -21,8 +19,8 @@ __global__ void __launch_bounds__(kCudaBlock)
                 int64_t base) {
   __shared__ float warp_sums[kCudaBlock / 32];
   const int t = table.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kNormChunk;
-  const int64_t end = min(table.size[t], begin + kNormChunk);
+  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kChunk;
+  const int64_t end = min(table.size[t], begin + kChunk);
   float sum = 0.0f;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const float x = LoadF32(table.ptr[0][t], table.type[0][t], i);

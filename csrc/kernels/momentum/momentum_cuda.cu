@@ -29,8 +29,8 @@ __global__ void __launch_bounds__(kCudaBlock)
     MomentumKernel(const __grid_constant__ MomentumTable table, HyperPtrs<MomentumHyper> hyper) {
   const MomentumHyper h = LoadHyper(hyper);
   const int t = table.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kCudaChunk;
-  const int64_t end = min(table.size[t], begin + kCudaChunk);
+  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kChunk;
+  const int64_t end = min(table.size[t], begin + kChunk);
   WithRounding<Has(kFlags, MomentumFlag::kNarrowMath)>(
       table.type[0][t], [&](auto q) { MomentumChunk<kFlags>(table, h, t, begin, end, q); });
 }

@@ -25,9 +25,9 @@ ffi::Error ReluMaskCpuImpl(ffi::ThreadPool pool, Args args, ffi::Result<Buffer> 
   if (ops.has_error()) return ops.error();
   const int64_t n = ops->size;
   uint32_t* words = mask->typed_data();
-  ParallelFor(pool, (n + kCpuChunk - 1) / kCpuChunk, [&](int64_t c) {
-    thread_local std::vector<float> s(kCpuChunk), scratch(kCpuChunk);
-    const int64_t begin = c * kCpuChunk, len = std::min(kCpuChunk, n - begin);
+  ParallelFor(pool, (n + kChunk - 1) / kChunk, [&](int64_t c) {
+    thread_local std::vector<float> s(kChunk), scratch(kChunk);
+    const int64_t begin = c * kChunk, len = std::min(kChunk, n - begin);
     Load(*ops, begin, len, s.data(), scratch.data());
     std::fill_n(words + begin / 32, MaskWords(len), 0u);  // chunks start at whole words
     float* v = s.data();
@@ -44,9 +44,9 @@ ffi::Error ReluMaskGradCpuImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::U32> mask,
   if (ops.has_error()) return ops.error();
   const int64_t n = ops->size;
   const uint32_t* words = mask.typed_data();
-  ParallelFor(pool, (n + kCpuChunk - 1) / kCpuChunk, [&](int64_t c) {
-    thread_local std::vector<float> g(kCpuChunk), scratch(kCpuChunk);
-    const int64_t begin = c * kCpuChunk, len = std::min(kCpuChunk, n - begin);
+  ParallelFor(pool, (n + kChunk - 1) / kChunk, [&](int64_t c) {
+    thread_local std::vector<float> g(kChunk), scratch(kChunk);
+    const int64_t begin = c * kChunk, len = std::min(kChunk, n - begin);
     Load(*ops, begin, len, g.data(), scratch.data());
     GateByMask(words, begin, len, g.data(), g.data());
     StoreF32(ops->type, g.data(), dx->untyped_data(), begin, len);

@@ -1,8 +1,8 @@
-"""The optimizer kernels' `flags` bits are named once per language: Python's `Flag` enums
-(jgsess/kernels/adamw.py, momentum.py) must be the C++ enums the extension reports."""
+"""Constants named once per language: Python's must be the values the extension reports (the
+optimizer kernels' `flags` bits, the chunk of multi-tensor work)."""
 
 from jgsess import _C
-from jgsess.kernels import adamw, momentum
+from jgsess.kernels import adamw, global_norm, momentum
 
 
 def test_python_flags_are_the_kernels_flags():
@@ -17,3 +17,7 @@ def test_the_presets_are_made_of_flags():
         adamw.Flag.WEIGHT_DECAY
     )
     assert adamw.OPTAX_ADAM & adamw.Flag.WEIGHT_DECAY == 0
+
+
+def test_the_chunk_is_the_kernels_chunk():
+    assert global_norm.CHUNK == _C.CHUNK

@@ -1,0 +1,77 @@
+"""Writes docs/benchmarks.md from benchmark records (record.py): each table there comes with the
+date, machine, versions and command of the run that produced it, and with its chart.
+
+    python benchmarks/publish.py benchmarks/results/optimizer_step.json ...
+        copies the records (and their charts, <name>.png beside them) into docs/benchmarks/,
+        then writes docs/benchmarks.md from every record there
+    python benchmarks/publish.py
+        writes docs/benchmarks.md from docs/benchmarks/ again
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "docs" / "benchmarks"
+PAGE = ROOT / "docs" / "benchmarks.md"
+# the order of the sections; records of other benchmarks follow
+ORDER = ["optimizer_step", "train_step", "compile_time", "batch_norm", "multi_device"]
+
+HEADER = """# Benchmarks
+
+Every table below is a benchmark's own output, written by `python benchmarks/publish.py` from
+the run's record (`docs/benchmarks/<name>.json`, with the raw numbers): run the command shown
+to measure again. Timings on shared machines are noisy: the benchmarks time jgsess and its
+baselines interleaved in one process and report ratios measured side by side, with the
+ceiling of the work (the same memory traffic, in place) where there is one.
+"""
+
+
+def description(name: str) -> tuple[str, str]:
+    """The benchmark module's docstring: (its first line, its first paragraph after it)."""
+    source = (ROOT / "benchmarks" / f"{name}.py").read_text()
+    doc = ast.get_docstring(ast.parse(source)) or name
+    title, _, rest = doc.partition("\n")
+    paragraph = rest.strip().split("\n\n")[0]
+    return title.rstrip("."), " ".join(paragraph.split())
+
+
+def section(record: dict) -> str:
+    name = record["benchmark"]
+    title, text = description(name)
+    m, v = record["machine"], record["versions"]
+    lines = [f"## {title}", "", text, ""]
+    lines.append(
+        f"Run {record['date']} on {m['cpu']} ({m['cpus']} CPUs, {m['memory_gib']} GiB; "
+        f"{m['devices']}), jax {v['jax']}, jgsess {v['jgsess']}:"
+    )
+    lines += ["", f"    {record['command']}", ""]
+    if record.get("notes"):
+        lines += [record["notes"], ""]
+    lines += [record["table"].rstrip(), ""]
+    if (RECORDS / f"{name}.png").exists():
+        lines += [f"![{title}](benchmarks/{name}.png)", ""]
+    return "\n".join(lines)
+
+
+def main(paths: list[str]) -> int:
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    for path in map(Path, paths):
+        shutil.copy2(path, RECORDS / path.name)
+        chart = path.with_suffix(".png")
+        if chart.exists():
+            shutil.copy2(chart, RECORDS / chart.name)
+    records = {p.stem: json.loads(p.read_text()) for p in sorted(RECORDS.glob("*.json"))}
+    names = [n for n in ORDER if n in records] + sorted(set(records) - set(ORDER))
+    PAGE.write_text("\n".join([HEADER, *(section(records[n]) for n in names)]))
+    print(f"wrote {PAGE.relative_to(ROOT)} from {len(names)} record(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
