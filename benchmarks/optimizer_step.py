@@ -175,7 +175,7 @@ class KernelVariant(JaxVariant):
         if optimizer == "momentum":
             scalars = [1e-2, 0.9, 0.0, 1.0]
         self.scalars = [jnp.float32(s) for s in scalars]
-        per_tensor = spec.layout[1]
+        per_tensor = spec.tensors.operands
         state = per_tensor - 2
         base = len(scalars)
         pairs = spec.inplace({"flags": flags}, base + per_tensor * len(params))

@@ -92,8 +92,8 @@ def adamw(
       b1, b2: decay rates of the first and second moments.
       eps, eps_root: added outside and inside the square root of the second moment.
       mu_dtype: dtype of the first moment (None: the parameters'). The kernels read and write
-        a bf16 moment where XLA computes its decay in f32 (passes/widen.py); otherwise the
-        update runs as XLA's code.
+        a bf16 moment where XLA computes its decay in f32
+        (passes/widen_narrow_products.py); otherwise the update runs as XLA's code.
       weight_decay: decoupled weight decay, multiplied by the learning rate.
       mask: a tree of bools (or a function of the params giving one): where to decay.
       nesterov: Nesterov momentum (runs as XLA's code: no kernel computes it).

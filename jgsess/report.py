@@ -82,7 +82,7 @@ class Report:
 
     @property
     def passes(self) -> list:
-        return self.session.records
+        return self.session.passes
 
     @property
     def fusions(self) -> Counter:
@@ -144,7 +144,7 @@ class Report:
             return "\n".join(out)
         rows = [
             [r.name, "off" if r.skipped else f"{r.seconds * 1e3:.2f} ms", r.rewrites]
-            for r in s.records
+            for r in s.passes
         ]
         out += ["", table(["pass", "time", "rewrites"], rows)]
         times = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in s.seconds.items())

@@ -28,7 +28,7 @@ class Session:
 
     name: str
     platform: str
-    records: list[PassRecord] = field(default_factory=list)
+    passes: list[PassRecord] = field(default_factory=list)  # one per pass run, in order
     record: CompileRecord = field(default_factory=CompileRecord)
     fallback: str | None = None
     # the optimized graph, kept where the compilation was asked for a plan (a report's)
@@ -55,7 +55,7 @@ def compile_jaxpr(
     asks too); `traced` is how long the function took to trace (kernel measurements get a
     share of it; None: measure none, decide by the cached measurements alone);
     `compiler_options` are jax.jit's as sorted (name, value) pairs, for what the passes ask
-    XLA (see passes/widen.py).
+    XLA (see passes/widen_narrow_products.py).
     """
     start = time.perf_counter()
     platform = platform or platforms.program_platform()

@@ -14,7 +14,7 @@ import jgsess
 from jgsess import autotune
 from tests.helpers import assert_trees_close
 from tests.optax_steps import update_step
-from tests.passes.test_fuse_batch_norm import Block, X, linen_step
+from tests.passes.test_fuse_batch_norm_relu import Block, X, linen_step
 
 
 @pytest.fixture

@@ -114,12 +114,13 @@ def _mixed_scalars(scalars, dtype) -> list:
 def mixed_update(p, g, m, v, *scalars, flags, **named):
     """One tensor's update under MIXED (operands in MIXED_NARROW in the parameters' dtype, the
     others f32): optax's adamw with mu_dtype=float32 on narrow parameters as XLA computes it
-    where it widens a narrow product read only in f32 (passes/widen.py rewrites optax's
-    `f32((1 - b1) * g)` and `f32(wd * p)` so): the first moment, the division, the weight decay
-    and the step in f32, the second moment and the denominator in the narrow dtype (XLA's CPU
-    code computes `f32(sqrt(v^) + eps)` without rounding the sum; the kernel does the same, and
-    fuse-adamw takes it only where the two agree). The new parameter is rounded to its dtype;
-    optax's update stays f32. The hyper-parameters as `update` takes them (SCALARS)."""
+    where it widens a narrow product read only in f32 (passes/widen_narrow_products.py rewrites
+    optax's `f32((1 - b1) * g)` and `f32(wd * p)` so): the first moment, the division, the
+    weight decay and the step in f32, the second moment and the denominator in the narrow
+    dtype (XLA's CPU code computes `f32(sqrt(v^) + eps)` without rounding the sum; the kernel
+    does the same, and fuse-adamw takes it only where the two agree). The new parameter is
+    rounded to its dtype; optax's update stays f32. The hyper-parameters as `update` takes them
+    (SCALARS)."""
     h = {**dict(zip(SCALARS, scalars)), **named}
     f32 = jnp.float32
     m2 = h["omb1"] * g.astype(f32) + h["b1"] * m

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from .. import _compat
 from .partition import multi_tensor
-from .spec import KernelSpec
+from .spec import KernelSpec, TensorLists
 
 FLOATS = ("float32", "bfloat16", "float16")
 
@@ -34,12 +34,14 @@ def _result_avals(avals, static) -> list:
     return [_compat.ShapedArray(a.shape, jnp.dtype(d)) for a, d in zip(avals, static["dtypes"])]
 
 
+TENSORS = TensorLists(shared=0, operands=1, results=1)  # x -> y, per tensor
+
 SPEC = KernelSpec(
     name="cast_all",
     reference=reference,
-    layout=(0, 1, 1),
+    tensors=TENSORS,
     result_avals=_result_avals,
     prefer_kernel=_prefer_kernel,
-    factors=multi_tensor((0, 1, 1)),
+    factors=multi_tensor(TENSORS),
     doc="multi-tensor cast between f32, bf16 and f16",
 )

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _compat, _config
 from .partition import Factors, dims, multi_tensor
-from .spec import KernelSpec
+from .spec import KernelSpec, TensorLists
 
 
 def update_kernel(
@@ -83,17 +83,18 @@ def update_kernel(
         rounded = flags & (narrow_flag | mixed_flag)
         return exact_flag if _config.exact_numerics() and not rounded else 0
 
+    tensors = TensorLists(base, per_tensor, len(sources))
     return KernelSpec(
         name=name,
         reference=batched_reference,
         inplace=inplace,
         attrs=lambda static: {"flags": np.int64(static["flags"] | exact(static["flags"]))},
-        layout=(base, per_tensor, len(sources)),
+        tensors=tensors,
         alike=(1,),  # the gradient
         narrowable=narrowable,
         result_avals=result_avals,
         prefer_kernel=prefer_kernel,
-        factors=functools.partial(_factors, multi_tensor((base, per_tensor, len(sources))), base),
+        factors=functools.partial(_factors, multi_tensor(tensors), base),
         doc=doc,
     )
 

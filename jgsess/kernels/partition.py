@@ -86,10 +86,11 @@ def dims(name: str, rank: int) -> tuple[str, ...]:
     return tuple(f"{name}_{d}" for d in range(rank))
 
 
-def multi_tensor(layout: tuple[int, int, int]):
-    """The rule of an elementwise multi-tensor kernel with `layout` (shared operands, operands
-    per tensor, results per tensor): a tensor's operands and results share its factors."""
-    base, per_tensor, results = layout
+def multi_tensor(tensors: tuple[int, int, int]):
+    """The rule of an elementwise multi-tensor kernel whose operands and results are laid out as
+    `tensors` (spec.TensorLists: shared operands, operands and results per tensor): a tensor's
+    operands and results share its factors."""
+    base, per_tensor, results = tensors
 
     def factors(static, avals) -> Factors:
         shared = tuple(dims(f"s{i}", len(a.shape)) for i, a in enumerate(avals[:base]))
@@ -309,7 +310,7 @@ def _tied(spec, xs: list, arena: bool) -> list:
     call (three all-gathers), so vectors stay untied."""
     if not spec.alike:
         return xs
-    base, per_tensor, _ = spec.layout
+    base, per_tensor, _ = spec.tensors
     for t in range(int(arena) + base, len(xs), per_tensor):
         for slot in spec.alike:
             lead, other = xs[t], xs[t + slot]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +40,15 @@ NODE_ONLY_PARAMS = frozenset({"impl"})
 PRIMITIVE_ONLY_PARAMS = frozenset({"aliases", "workspace", "local"})
 
 
+class TensorLists(NamedTuple):
+    """How a multi-tensor kernel's operands and results are laid out: `shared` operands (the
+    hyper-parameters) first, then `operands` per tensor; `results` per tensor."""
+
+    shared: int
+    operands: int
+    results: int
+
+
 @dataclass(frozen=True, eq=False)
 class KernelSpec:
     """A fused operation with a compiled kernel and a pure-JAX reference.
@@ -50,8 +60,8 @@ class KernelSpec:
       inplace: `(static, number of operands) -> {operand: result}` pairs that may share a
         buffer.
       attrs: `static -> dict` of FFI attributes (numpy scalars) for the C++ handler.
-      layout: for a multi-tensor kernel, (shared operands, operands per tensor, results per
-        tensor): the combine pass merges nodes with the same shared operands.
+      tensors: for a multi-tensor kernel, its `TensorLists` (shared operands, operands and
+        results per tensor): the combine pass merges nodes with the same shared operands.
       narrowable: `static -> ((operand slot, result slot or None), ...)`, per-tensor slots the
         kernel may read and write as bf16/f16 while computing in f32 (used by fold-casts).
       workspace: `(static, operand avals) -> bytes` of scratch the kernel needs during its call;
@@ -77,7 +87,7 @@ class KernelSpec:
     reference: Callable
     inplace: Callable[[dict, int], dict[int, int]] = field(default=lambda static, n: {})
     attrs: Callable[[dict], dict] = field(default=lambda static: {})
-    layout: tuple[int, int, int] | None = None
+    tensors: TensorLists | None = None
     narrowable: Callable[[dict], tuple] = field(default=lambda static: ())
     result_avals: Callable | None = None
     workspace: Callable | None = None
@@ -127,10 +137,10 @@ class KernelSpec:
         if params.get("impl") != "kernel":
             return self.run_reference(operands, params), arena
         bound = {k: v for k, v in params.items() if k not in NODE_ONLY_PARAMS}
-        if self.layout is not None:
+        if self.tensors is not None:
             # a multi-tensor kernel's hyper-parameters are f32 in C++; an update written in
             # bf16/f16 has them in its dtype: widened, exactly
-            shared = self.layout[0]
+            shared = self.tensors.shared
             operands = [jnp.asarray(x, jnp.float32) for x in operands[:shared]] + list(
                 operands[shared:]
             )
@@ -218,9 +228,9 @@ def _make_primitive(spec: KernelSpec):
         # differs; else each becomes one value per member (an ensemble's step counts), which
         # the kernel applies to each member's part of every tensor.
         unmapped = _compat.NOT_MAPPED
-        if spec.layout is not None and not params.get("workspace"):
+        if spec.tensors is not None and not params.get("workspace"):
             size = next(a.shape[d] for a, d in zip(args, dims) if d is not unmapped)
-            shared = spec.layout[0]
+            shared = spec.tensors.shared
             per_member = any(d is not unmapped for d in dims[:shared])
             moved = [
                 jnp.moveaxis(a, d, 0)

@@ -6,15 +6,15 @@ that a pattern is spelled exactly as the programs it is matched against."""
 from __future__ import annotations
 
 from ..ir.graph import Graph
-from . import add_any, canonicalize, casts, dce, transposes
+from . import canonicalize, dce, remove_cast_round_trip, replace_add_any, transposes
 from .manager import Context
 
 CLEANUPS = (
     canonicalize.PASS,
-    casts.PASS,
+    remove_cast_round_trip.PASS,
     transposes.PAIR_PASS,
     transposes.DEDUP_PASS,
-    add_any.PASS,
+    replace_add_any.PASS,
     dce.PASS,
 )
 

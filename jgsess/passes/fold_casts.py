@@ -42,7 +42,7 @@ def _narrowing_use(graph: Graph, value: Value, dtype) -> Value | None:
 
 def _fold(graph: Graph, node: Node) -> bool:
     spec = node.op
-    shared, per_in, per_out = spec.layout
+    shared, per_in, per_out = spec.tensors
     inputs = list(node.inputs)
     avals = [v.aval for v in node.outputs]
     narrowed: dict[int, Value] = {}  # result index -> the convert output it takes over
@@ -73,7 +73,7 @@ def _fold(graph: Graph, node: Node) -> bool:
 
 
 def run(graph: Graph, ctx: Context) -> int:
-    return sum(_fold(graph, node) for node in graph.live() if node.is_fused and node.op.layout)
+    return sum(_fold(graph, node) for node in graph.live() if node.is_fused and node.op.tensors)
 
 
 PASS = Pass("fold-casts", run, doc=__doc__)

@@ -43,7 +43,7 @@ class CompileRecord:
     declined: list[tuple[str, str, str]] = field(default_factory=list)
     # (kernel, nodes merged into one): combine-optimizers
     combined: list[tuple[str, int]] = field(default_factory=list)
-    # select.KernelChoice per fused node: select-kernels
+    # select_kernels.KernelChoice per fused node: select-kernels
     kernels: list = field(default_factory=list)
     # graph inputs a kernel could have overwritten had they been donated: plan-memory
     undonated: list[tuple[int, ...]] = field(default_factory=list)
@@ -78,7 +78,7 @@ class Context:
     # seconds the passes may spend measuring kernels against XLA (jgsess.autotune)
     autotune_budget: float = 0.0
     # jax.jit's compiler_options as sorted (name, value) pairs, for what a pass asks XLA itself
-    # (passes/widen.py)
+    # (passes/widen_narrow_products.py)
     compiler_options: tuple = ()
     record: CompileRecord = field(default_factory=CompileRecord)
 

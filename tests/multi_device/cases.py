@@ -420,7 +420,7 @@ def test_a_kernel_without_a_sharding_rule_runs_its_reference_when_partitioned():
 
 @pytest.mark.parametrize("layout", ["batch", "channels"])
 def test_batch_norm_relu_per_shard(layout):
-    from tests.passes.test_fuse_batch_norm import Block, linen_step
+    from tests.passes.test_fuse_batch_norm_relu import Block, linen_step
 
     mesh = Mesh(np.array(jax.devices()), ("d",))
     step, (params, stats, x, z) = linen_step(Block(), jax.random.normal(PRNG, (8, 3, 3, 128)))
@@ -457,7 +457,7 @@ def _data_parallel_train_step():
 
 
 def _channel_split_batch_norm_step():
-    from tests.passes.test_fuse_batch_norm import Block, linen_step
+    from tests.passes.test_fuse_batch_norm_relu import Block, linen_step
 
     mesh = Mesh(np.array(jax.devices()), ("d",))
     step, (params, stats, x, z) = linen_step(Block(), jax.random.normal(PRNG, (8, 3, 3, 128)))

@@ -23,7 +23,7 @@ def negate_sines(answer):
 
     def find(graph, node, ctx, memo):
         new = ops.make("neg", node.inputs, node.outputs[0].aval)
-        yield Rewrite("fwd", [(new, node)], [], [node], selected=selected)
+        yield Rewrite("fwd", [(new, node)], [], [node], would_select=selected)
         replaced = [(node.outputs[0], new.outputs[0])]
         yield Rewrite("fwd", [(new, node)], replaced, [node], ("bwd",), selected, taken.append)
 

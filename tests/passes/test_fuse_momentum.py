@@ -44,7 +44,8 @@ def test_nesterov_is_recognized_as_nesterov():
     "opt",
     [
         optax.sgd(0.1),
-        # XLA's CPU compiler rounds the f16 decay product (tests/passes/test_widen.py)
+        # XLA's CPU compiler rounds the f16 decay product
+        # (tests/passes/test_widen_narrow_products.py)
         optax.sgd(0.1, momentum=0.9, accumulator_dtype=jnp.float16),
         optax.noisy_sgd(0.1, key=0),
     ],

@@ -6,8 +6,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jgsess.passes import casts, dce
-from jgsess.passes.casts import holds_exactly
+from jgsess.passes import dce, remove_cast_round_trip
+from jgsess.passes.remove_cast_round_trip import holds_exactly
 from tests.helpers import count, evaluate, graph_of, run_passes
 
 
@@ -17,7 +17,7 @@ def trip(via):
 
 def cleaned(fn, x):
     graph = graph_of(fn, x)
-    run_passes(graph, [casts.PASS, dce.PASS])
+    run_passes(graph, [remove_cast_round_trip.PASS, dce.PASS])
     np.testing.assert_array_equal(np.asarray(evaluate(graph, x)[0]), np.asarray(jax.jit(fn)(x)))
     return graph
 

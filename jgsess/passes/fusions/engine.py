@@ -15,12 +15,12 @@ candidate replacements in order of preference. The driver supplies what every fu
   - the fusion is recorded for the report; a hardware fusion (`kernels`, run after selection)
     is taken only where selection would take its kernels, and recorded as declined otherwise;
     a rewrite whose kernels are chosen for its own shapes (by measurement) says so with
-    `Rewrite.selected`, asked only once the checks above pass, and is declined the same way.
+    `Rewrite.would_select`, asked only once the checks above pass, and is declined the same way.
 
 Pattern fusions (the optimizer updates) build their `find` with `pattern_fusion` from
 `FusionRule(pattern, build)`s: `build(graph, match, outputs)` is the guard and returns the fused
 node, whose results replace `outputs` (the values the pattern's outputs matched), or None. A
-rule's `selected(node, ctx)` is the rewrite's `selected`.
+rule's `would_select(node, ctx)` is the rewrite's `would_select`.
 """
 
 from __future__ import annotations
@@ -42,19 +42,19 @@ class Rewrite:
     """One candidate replacement: `added` nodes, each inserted before a node; the `replaced`
     (old value, new value) pairs; the `removed` nodes; the kernel's name for the record.
 
-    `also`: more kernels the record counts as fused with it (a backward beside its forward).
-    `selected(ctx)`: whether selection would take this rewrite's kernels for its shapes, and if
-    not, why; asked only for a rewrite the driver would otherwise take, so it may measure.
-    `taken(ctx)`: records what only this fusion reports, once the rewrite is applied.
+    `more_kernels`: kernels the record counts as fused with it (a backward beside its forward).
+    `would_select(ctx)`: whether selection would take this rewrite's kernels for its shapes,
+    and if not, why; asked only for a rewrite the driver would otherwise take, so it may measure.
+    `on_apply(ctx)`: records what only this fusion reports, once the rewrite is applied.
     """
 
     kernel: str
     added: list[tuple[Node, Node]]
     replaced: list[tuple[Value, Value]]
     removed: list[Node] = field(default_factory=list)
-    also: tuple[str, ...] = ()
-    selected: Callable[[Context], tuple[bool, str]] | None = None
-    taken: Callable[[Context], None] | None = None
+    more_kernels: tuple[str, ...] = ()
+    would_select: Callable[[Context], tuple[bool, str]] | None = None
+    on_apply: Callable[[Context], None] | None = None
 
 
 Find = Callable[[Graph, Node, Context, dict], Iterable[Rewrite]]
@@ -138,16 +138,16 @@ def run(fusion: Fusion, graph: Graph, ctx: Context) -> int:
             if not (_contained(graph, rewrite) and _acyclic(graph, rewrite, order)):
                 continue
             take, why = (wanted, reason)
-            if take and rewrite.selected is not None:
-                take, why = rewrite.selected(ctx)
+            if take and rewrite.would_select is not None:
+                take, why = rewrite.would_select(ctx)
             if not take:
                 ctx.record.decline(fusion.name, rewrite.kernel, why)
                 break
             apply(graph, rewrite)
-            for kernel in (rewrite.kernel, *rewrite.also):
+            for kernel in (rewrite.kernel, *rewrite.more_kernels):
                 ctx.record.fused(fusion.name, kernel)
-            if rewrite.taken is not None:
-                rewrite.taken(ctx)
+            if rewrite.on_apply is not None:
+                rewrite.on_apply(ctx)
             count += 1
             break
     return count
@@ -163,8 +163,8 @@ class FusionRule:
     negated: bool = False
     # checked on the root value before matching (how it is read, say); None: any root
     root_guard: Callable[[Graph, Value], bool] | None = None
-    # whether selection would take the fused node's kernel (Rewrite.selected); None: it would
-    selected: Callable[[Node, Context], tuple[bool, str]] | None = None
+    # whether selection would take the fused node's kernel (Rewrite.would_select); None: it would
+    would_select: Callable[[Node, Context], tuple[bool, str]] | None = None
 
 
 def _used_outside(graph: Graph, value: Value, nodes: set[Node]) -> bool:
@@ -226,9 +226,13 @@ def pattern_fusion(
                     neg = ops.make("neg", [results[0]], outputs[0].aval)
                     added.append((neg, root_node))
                     results[0] = neg.outputs[0]
-                selected = rule.selected and functools.partial(rule.selected, fused)
+                would_select = rule.would_select and functools.partial(rule.would_select, fused)
                 yield Rewrite(
-                    fused.op.name, added, list(zip(outputs, results)), nodes, selected=selected
+                    fused.op.name,
+                    added,
+                    list(zip(outputs, results)),
+                    nodes,
+                    would_select=would_select,
                 )
 
     return Fusion(name, None, find, doc)

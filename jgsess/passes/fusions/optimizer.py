@@ -65,7 +65,7 @@ def narrow_math_matches(
     the update written in `dtype` on `platform` (jax.jit's `compiler_options`): both compiled
     alone and run on the same random operands (two tensors, one of them a vector's odd tail;
     the per-tensor slots `wide_slots` in f32)."""
-    shared, per_tensor, _ = spec.layout
+    shared, per_tensor, _ = spec.tensors
     rng = np.random.default_rng(0)
     scalars = [np.float32(np.asarray(x, dtype)) for x in rng.uniform(0.05, 1.0, shared)]
     tensors = []
@@ -190,7 +190,7 @@ def update_rules(
             results_used=True,
             negated=negated,
             root_guard=_scaled_by_scalars if negated else None,
-            selected=selected,
+            would_select=selected,
         )
         for fn, flags, names, negated in forms
     ]

@@ -14,9 +14,9 @@ compiler: XLA's CPU compiler computes a bf16 product in f32 and drops the round 
 convert, but rounds an f16 one. So the rewrite is taken only where XLA, asked once per process
 (platform, dtype and jax.jit's compiler_options), computes the probe `g + f32(c * x)` as
 `g + f32(c) * f32(x)` on values where the two differ: what jax.jit's program computes does not
-change (tests/passes/test_widen.py compares bit for bit). With excess precision turned off
-(`--xla_allow_excess_precision=false` in XLA_FLAGS or in `compiler_options`) XLA rounds, the
-probe says so, and nothing is rewritten.
+change (tests/passes/test_widen_narrow_products.py compares bit for bit). With excess
+precision turned off (`--xla_allow_excess_precision=false` in XLA_FLAGS or in
+`compiler_options`) XLA rounds, the probe says so, and nothing is rewritten.
 """
 
 from __future__ import annotations

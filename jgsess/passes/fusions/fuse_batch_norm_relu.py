@@ -27,7 +27,7 @@ gradient) — the single-user check the seed lacks: a pre-activation value read 
 XLA's code. Nodes that only compute constants may be shared: they are not removed. Eval mode,
 other activations, other formulas (eps outside the square root, say) do not embed. The
 running-statistics update is not part of the match and stays exact. A match is taken where the
-kernels measure faster than the matched code (`Rewrite.selected`), and declined otherwise.
+kernels measure faster than the matched code (`Rewrite.would_select`), and declined otherwise.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def _rewrite(graph: Graph, ex: _Example, emb: Embedding, axis: int, form: str) -
     fwd = Node(specs[0], forward_in, [v.aval for v in image[:3]] + avals[3:], params[0])
     added = [(fwd, emb.nodes[ex.anchor])]
     replaced = list(zip(image[:3], fwd.outputs[:3]))
-    taken = None
+    on_apply = None
     if ex.train:
         inputs = [operands[-1], *forward_in[:2], *fwd.outputs[1:4]]
         bwd = Node(specs[1], inputs, [v.aval for v in image[3:]], params[1])
@@ -239,15 +239,17 @@ def _rewrite(graph: Graph, ex: _Example, emb: Embedding, axis: int, form: str) -
         replaced += list(zip(image[3:], bwd.outputs))
         kept = sum(_compat.aval_nbytes(emb.values[v].aval) for v in ex.residuals)
         fused = sum(_compat.aval_nbytes(v.aval) for v in fwd.outputs[1:4])
-        taken = functools.partial(_note_residuals, (specs[1].name, kept, fused))
+        on_apply = functools.partial(_note_residuals, (specs[1].name, kept, fused))
     return Rewrite(
         specs[0].name,
         added,
         replaced,
         _removed(graph, list(emb.nodes.values()), set(image)),
-        also=tuple(spec.name for spec in specs[1:]),
-        selected=functools.partial(_decide, specs, params, [v.aval for v in operands], ex.train),
-        taken=taken,
+        more_kernels=tuple(spec.name for spec in specs[1:]),
+        would_select=functools.partial(
+            _decide, specs, params, [v.aval for v in operands], ex.train
+        ),
+        on_apply=on_apply,
     )
 
 

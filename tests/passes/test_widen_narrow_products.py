@@ -10,7 +10,7 @@ import optax
 import pytest
 
 import jgsess
-from jgsess.passes import dce, widen
+from jgsess.passes import dce, widen_narrow_products
 from tests.helpers import assert_trees_close, evaluate, graph_of, rand, run_passes
 from tests.optax_steps import SHAPES, assert_bit_equal, run_steps
 
@@ -19,9 +19,10 @@ STRICT = {"xla_allow_excess_precision": False}
 
 
 def test_the_probe_reads_what_xla_computes_on_the_cpu():
-    assert widen.xla_widens("cpu", BF16)  # the bf16 product in f32, its rounding dropped
-    assert not widen.xla_widens("cpu", F16)  # an f16 product is rounded
-    assert not widen.xla_widens("cpu", BF16, tuple(STRICT.items()))
+    # the bf16 product in f32, its rounding dropped
+    assert widen_narrow_products.xla_widens("cpu", BF16)
+    assert not widen_narrow_products.xla_widens("cpu", F16)  # an f16 product is rounded
+    assert not widen_narrow_products.xla_widens("cpu", BF16, tuple(STRICT.items()))
 
 
 def decay(acc, g):  # optax's trace update with a bf16 accumulator: g + f32(0.9 * acc)
@@ -31,7 +32,7 @@ def decay(acc, g):  # optax's trace update with a bf16 accumulator: g + f32(0.9 
 def test_the_rewritten_program_equals_jax_jit_bit_for_bit():
     acc, g = rand((4099,), 0).astype(jnp.bfloat16), rand((4099,), 1)
     graph = graph_of(decay, acc, g)
-    _, (record, _) = run_passes(graph, [widen.PASS, dce.PASS])
+    _, (record, _) = run_passes(graph, [widen_narrow_products.PASS, dce.PASS])
     assert record.rewrites == 1
     (mul,) = [n for n in graph.live() if n.name == "mul"]
     assert mul.outputs[0].dtype == np.float32 and mul.inputs[0].const == np.float32(0.8984375)
@@ -50,7 +51,7 @@ def test_the_rewritten_program_equals_jax_jit_bit_for_bit():
 def test_near_misses_are_not_rewritten(fn, dtype):
     acc, g = rand((37,), 0).astype(dtype), rand((37,), 1)
     graph = graph_of(fn, acc, g)
-    _, (record,) = run_passes(graph, [widen.PASS])
+    _, (record,) = run_passes(graph, [widen_narrow_products.PASS])
     assert record.rewrites == 0
 
 
@@ -103,7 +104,7 @@ def test_on_the_gpu_bf16_state_is_fused_where_xla_widens():
     opt, kernel = OPTIMIZERS["adamw"]
     report, text, pairs = run_steps(opt)  # on the default backend: the GPU
     fused = report.fusions[kernel] == len(SHAPES)
-    assert fused == widen.xla_widens(jax.default_backend(), BF16)
+    assert fused == widen_narrow_products.xla_widens(jax.default_backend(), BF16)
     for ours, theirs in pairs:
         assert_trees_close(ours, theirs, rtol=2**-8, atol=1e-7)
 

@@ -62,13 +62,13 @@ def _operand_key(value: Value, memo: dict):
 def _group_key(node: Node, memo: dict) -> tuple:
     spec = node.op
     static = tuple(sorted(spec.static(node.params).items()))
-    shared = tuple(_operand_key(v, memo) for v in node.inputs[: spec.layout[0]])
+    shared = tuple(_operand_key(v, memo) for v in node.inputs[: spec.tensors.shared])
     return spec.name, static, shared
 
 
 def _merge(graph: Graph, group: list[Node]) -> Node:
     spec = group[0].op
-    shared = spec.layout[0]
+    shared = spec.tensors.shared
     inputs = list(group[0].inputs[:shared]) + [v for n in group for v in n.inputs[shared:]]
     avals = [v.aval for n in group for v in n.outputs]
     merged = Node(spec, inputs, avals, group[0].params)
@@ -88,7 +88,7 @@ def run(graph: Graph, ctx: Context | None) -> int:
     groups: dict[tuple, list[tuple[list[Node], set[Node]]]] = {}
     memo: dict = {}
     for node in graph.live():
-        if not node.is_fused or node.op.layout is None:
+        if not node.is_fused or node.op.tensors is None:
             continue
         candidates = groups.setdefault(_group_key(node, memo), [])
         for members, member_set in candidates:
