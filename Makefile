@@ -1,8 +1,9 @@
 # `make demo` and `make test` create .venv if missing and build jgsess there (`make test` and
 # `make bench` also build the test-only extension tests/native/_testing: the SIMT emulator of
-# the CUDA kernels, host test hooks, bandwidth probes); `make lint` checks
-# the Python (ruff) and C++/CUDA (clang-format) style; `make test-oldest-jax` runs the tests on
-# the oldest jax jgsess supports. .ci/run is all of them.
+# the CUDA kernels, host test hooks, bandwidth probes); `make lint` checks the Python (ruff)
+# and C++/CUDA (clang-format) style and the types (mypy, `make typecheck`); `make
+# test-oldest-jax` runs the type check and the tests on the oldest jax jgsess supports.
+# .ci/run is all of them.
 PYTHON ?= python3
 VENV ?= .venv
 JAX ?= "jax>=0.7"
@@ -12,13 +13,14 @@ OLDEST_JAX ?= jax==0.7.2 jaxlib==0.7.2
 OLDEST_DIR ?= .ci/oldest-jax
 OLDEST_TESTS ?= tests
 LINT_TOOLS := ruff==0.17.6 clang-format==23.1.5
+TYPECHECK_TOOLS := mypy==2.4.1
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.jgsess-built
 TESTING_STAMP := $(VENV)/.jgsess-testing-built
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f)
 CSRC := $(shell find csrc -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh')
 
-.PHONY: demo test build bench lint test-oldest-jax clean
+.PHONY: demo test build bench lint typecheck test-oldest-jax clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -50,10 +52,16 @@ lint: $(PY)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/clang-format --dry-run -Werror $(CSRC)
+	$(MAKE) typecheck
+
+# mypy over the package (pyproject.toml), against the jax installed in $(VENV)
+typecheck: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TYPECHECK_TOOLS)
+	$(VENV)/bin/mypy
 
 test-oldest-jax:
 	.ci/copy-tree $(OLDEST_DIR)/src
-	JGSESS_CUDA=0 $(MAKE) -C $(OLDEST_DIR)/src test VENV=$(abspath $(OLDEST_DIR))/venv \
+	JGSESS_CUDA=0 $(MAKE) -C $(OLDEST_DIR)/src typecheck test VENV=$(abspath $(OLDEST_DIR))/venv \
 		JAX="$(OLDEST_JAX)" TESTS="$(OLDEST_TESTS)"
 
 clean:

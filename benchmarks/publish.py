@@ -33,12 +33,17 @@ ceiling of the work (the same memory traffic, in place) where there is one.
 
 
 def description(name: str) -> tuple[str, str]:
-    """The benchmark module's docstring: (its first line, its first paragraph after it)."""
+    """From the benchmark module's docstring, whose first paragraph reads "<title>: <what it
+    compares>": (the title, what it compares and the paragraph after, which says how)."""
     source = (ROOT / "benchmarks" / f"{name}.py").read_text()
     doc = ast.get_docstring(ast.parse(source)) or name
-    title, _, rest = doc.partition("\n")
-    paragraph = rest.strip().split("\n\n")[0]
-    return title.rstrip("."), " ".join(paragraph.split())
+    raw = doc.split("\n\n")
+    paragraphs = [" ".join(p.split()) for p in raw]
+    title, _, lead = paragraphs[0].partition(": ")
+    text = " ".join([lead[:1].upper() + lead[1:], *paragraphs[1:2]]) if lead else ""
+    if text.endswith(":") and len(raw) > 2:  # a list follows, laid out in the docstring
+        text += "\n\n```\n" + raw[2].strip("\n") + "\n```"
+    return title, text
 
 
 def section(record: dict) -> str:
@@ -53,7 +58,9 @@ def section(record: dict) -> str:
     lines += ["", f"    {record['command']}", ""]
     if record.get("notes"):
         lines += [record["notes"], ""]
-    lines += [record["table"].rstrip(), ""]
+    table = record["table"].rstrip()
+    # a markdown table as it is; the plain-text tables some benchmarks print, as code
+    lines += [table if table.startswith("|") else f"```\n{table}\n```", ""]
     if (RECORDS / f"{name}.png").exists():
         lines += [f"![{title}](benchmarks/{name}.png)", ""]
     return "\n".join(lines)

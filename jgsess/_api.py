@@ -22,6 +22,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import jax
 
@@ -88,10 +89,13 @@ class _Body:
     """
 
     _weakly_referenceable = True
+    __name__: str  # copied from `fun` (_copy_names), as jax.jit copies them from the body
+    __qualname__: str
 
     def __init__(
         self, fun: Callable, options: dict, plan: bool = False, reports: _Body | None = None
     ):
+        self._ref: Callable[[], Any]
         try:
             self._ref = weakref.ref(fun)
         except TypeError:  # held strongly, never cached; jax.jit raises when it is called
@@ -179,7 +183,7 @@ class _Body:
                 return fun(*a, **k)
 
             traceable = jax.jit(flat_fun)
-            args, kwargs = [flat[i] for i in dynamic], {}
+            args, kwargs = tuple(flat[i] for i in dynamic), {}
         # jax explains cache misses of the traced function (this body, named as fun), not of
         # the pipeline's own traces
         with jax.explain_cache_misses(False):
@@ -370,7 +374,9 @@ def jit(fun=_SIGNATURE.parameters["fun"].default, /, **options):
     return jitted
 
 
-jit.__signature__ = _SIGNATURE.replace(return_annotation="jax.jit's compiled function")
+jit.__signature__ = _SIGNATURE.replace(  # type: ignore[attr-defined]
+    return_annotation="jax.jit's compiled function"
+)
 
 
 def _report(fun, compiled: _Body, options, plain, *args, **kwargs) -> Report:
@@ -381,4 +387,5 @@ def _report(fun, compiled: _Body, options, plain, *args, **kwargs) -> Report:
     body = _Body(fun, compiled._options, plan=True, reports=compiled)
     fused = jax.jit(body, **options)
     fused.trace(*args, **kwargs)
+    assert body.sessions  # a report's body keeps its sessions
     return Report(body.sessions[-1], fused, plain, args, kwargs)

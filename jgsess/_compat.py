@@ -185,7 +185,7 @@ def region_body(name: str, params: dict):
 def sub_jaxprs(name: str, params: dict) -> dict:
     """param -> ClosedJaxpr or tuple of ClosedJaxprs, for the params that hold them (by type),
     and a `shard_map` body (an open Jaxpr) where `shard_map_call` can rebuild the call."""
-    found = {}
+    found: dict = {}
     for key, value in params.items():
         if isinstance(value, ClosedJaxpr):
             found[key] = value

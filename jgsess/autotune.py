@@ -235,7 +235,8 @@ def decide(
         return UNMEASURED_YET
     else:
         start = time.perf_counter()
-        kernel_s, xla_s = measure(*sides(), platform)
+        kernel_fn, xla_fn, operands = sides()
+        kernel_s, xla_s = measure(kernel_fn, xla_fn, operands, platform)
         found = Measurement(kernel, key, kernel_s, xla_s, False, time.perf_counter() - start)
         _store(key, {"kernel_s": kernel_s, "xla_s": xla_s})
     log.append(found)

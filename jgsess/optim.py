@@ -41,7 +41,7 @@ def check_trees(name: str, grads, params) -> None:
     """Clear errors for what would otherwise fail deep inside a trace, or not at all."""
     if params is None:
         return
-    if jax.tree.structure(grads) != jax.tree.structure(params):
+    if jax.tree.structure(grads) != jax.tree.structure(params):  # type: ignore[operator]
         raise ValueError(
             f"{name}: gradients and parameters are different trees:\n"
             f"  gradients:  {_describe(grads)}\n  parameters: {_describe(params)}"
@@ -136,7 +136,7 @@ def sgd(
 
 
 class AdamWeightDecayState(NamedTuple):
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # optax's field name, shadowing tuple.count
     m: optax.Updates
     v: optax.Updates
 
@@ -194,7 +194,7 @@ def adam_weight_decay(
 
 
 class MomentumState(NamedTuple):
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # optax's field name, shadowing tuple.count
     acc: optax.Updates
 
 

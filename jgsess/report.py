@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from .memory.plan import MemoryPlan
+from .session import Session
 
 
-def table(headers: list[str], rows: list[list]) -> str:
+def table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
     """A plain-text table with aligned columns."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
@@ -35,7 +40,7 @@ def xla_memory(compiled) -> dict[str, int] | None:
 class MemoryReport:
     """The planner's view of one program, beside XLA's for jgsess's and jax.jit's programs."""
 
-    plan: object
+    plan: MemoryPlan
     jgsess: dict | None
     jax: dict | None
     # (fused kernel, bytes the program kept for its backward, bytes the kernels keep)
@@ -74,9 +79,9 @@ class MemoryReport:
 class Report:
     """The record of one compilation (one input signature) of a `jgsess.jit` function."""
 
-    session: object
-    jitted: object = field(repr=False, default=None)
-    plain: object = field(repr=False, default=None)  # jax.jit of the same function
+    session: Session
+    jitted: Any = field(repr=False, default=None)
+    plain: Any = field(repr=False, default=None)  # jax.jit of the same function
     args: tuple = field(repr=False, default=())
     kwargs: dict = field(repr=False, default_factory=dict)
 
@@ -125,7 +130,10 @@ class Report:
         fused = xla_memory(self.jitted.lower(*self.args, **self.kwargs).compile())
         plain = xla_memory(self.plain.lower(*self.args, **self.kwargs).compile())
         residuals = self.session.record.residuals
-        return MemoryReport(self.session.record.memory_plan, fused, plain, residuals)
+        plan = self.session.record.memory_plan
+        if plan is None:
+            raise ValueError("this compilation computed no memory plan")
+        return MemoryReport(plan, fused, plain, residuals)
 
     def donation_hint(self) -> str | None:
         undonated = {i for group in self.session.record.undonated for i in group}

@@ -40,10 +40,8 @@ def emit(graph: Graph, args) -> list:
             if arena is None and node.params.get("workspace") and node.params["impl"] == "kernel":
                 arena = jnp.zeros((graph.arena_bytes,), jnp.uint8)
             outs, arena = node.op.apply(invals, node.params, arena)
-        elif _compat.is_shard_map(node.name) and changed_deep(
-            node.subgraphs[_compat.SHARD_MAP_BODY]
-        ):
-            body = node.subgraphs[_compat.SHARD_MAP_BODY]
+        elif _compat.is_shard_map(node.name) and changed_deep(node.body(_compat.SHARD_MAP_BODY)):
+            body = node.body(_compat.SHARD_MAP_BODY)
             outs = _compat.shard_map_call(
                 node.params,
                 lambda *xs: emit(body, xs),  # noqa: B023 - called here, in this iteration

@@ -125,6 +125,18 @@ class Node:
         for sub in self.subgraphs.values():
             yield from (sub if isinstance(sub, tuple) else (sub,))
 
+    def body(self, key: str) -> Graph:
+        """The one sub-graph under `key` (a jit's, a shard_map's body)."""
+        sub = self.subgraphs[key]
+        if not isinstance(sub, Graph):
+            raise TypeError(f"{self.name}'s {key} holds several graphs")
+        return sub
+
+    def bodies(self, key: str) -> tuple[Graph, ...]:
+        """The sub-graphs under `key` (a cond's branches)."""
+        sub = self.subgraphs[key]
+        return sub if isinstance(sub, tuple) else (sub,)
+
     def __repr__(self) -> str:
         return f"Node#{self.id}:{self.name}"
 

@@ -10,8 +10,8 @@ Units are a node, or the outermost intact region holding it (`unit_of`).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 
 class Node(Protocol):
@@ -24,14 +24,15 @@ class Node(Protocol):
 
 # node -> its unit: the node, or the outermost intact graph.Region holding it
 UnitOf = Callable[[Any], object]
+N = TypeVar("N", bound=Node)
 
 
-def in_order(nodes: list[Node], unit_of: UnitOf) -> bool:
+def in_order(nodes: Sequence[Node], unit_of: UnitOf) -> bool:
     """Whether `nodes` is a valid execution order: every node after the producers of its
     operands, and every intact region in one piece (effectful nodes keep their relative order
     in any order `Graph.settle` sorts by position)."""
     members = set(nodes)
-    seen: set[Node] = set()
+    seen: set = set()
     done: set = set()
     current = None
     for node in nodes:
@@ -49,11 +50,11 @@ def in_order(nodes: list[Node], unit_of: UnitOf) -> bool:
     return True
 
 
-def restored(nodes: list[Node], unit_of: UnitOf) -> list[Node] | None:
+def restored(nodes: Sequence[N], unit_of: UnitOf) -> list[N] | None:
     """`nodes` in a valid execution order, each unit as early as its dependencies and its old
     position allow; None if the nodes depend on each other in a cycle."""
     position = {node: i for i, node in enumerate(nodes)}
-    units: dict[object, list[Node]] = {}
+    units: dict[object, list[N]] = {}
     for node in nodes:
         units.setdefault(unit_of(node), []).append(node)
     owner = {node: unit for unit, members in units.items() for node in members}
@@ -77,7 +78,7 @@ def restored(nodes: list[Node], unit_of: UnitOf) -> list[Node] | None:
     key = {unit: min(position[n] for n in members) for unit, members in units.items()}
     heap = [(key[u], id(u), u) for u, n in pending.items() if n == 0]
     heapq.heapify(heap)
-    order: list[Node] = []
+    order: list[N] = []
     while heap:
         _, _, unit = heapq.heappop(heap)
         order.extend(units[unit])

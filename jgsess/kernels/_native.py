@@ -81,12 +81,17 @@ def cuda_build() -> dict:
 
 
 @functools.cache
+def _major_minor(capability: str) -> tuple[int, int]:
+    major, minor = capability.split(".")
+    return int(major), int(minor)
+
+
 def _cuda_usable(capability: str, driver: int) -> tuple[bool, str]:
     build = cuda_build()
     carried = ", ".join(f"sm_{a}" for a in build["sm"]) + f" (+PTX compute_{build['ptx']})"
     if driver < MIN_CUDA_DRIVER:
         reason = f"driver {driver // 1000}.{driver % 1000 // 10} is older than 12.1"
-    elif not runnable(tuple(int(p) for p in capability.split(".")), build["sm"], build["ptx"]):
+    elif not runnable(_major_minor(capability), build["sm"], build["ptx"]):
         reason = f"this GPU is sm_{capability.replace('.', '')}; the kernels carry {carried}"
     else:
         return True, ""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -99,7 +100,7 @@ def plain_form(x, scale, bias, *residual, eps, axis, dtype, split=()):
 
 
 # name -> (x, scale, bias, *residual, eps, axis, dtype) -> (s, mean, var)
-FORMS = {
+FORMS: dict[str, Callable] = {
     "flax": flax_form,
     "flax_two_pass": functools.partial(flax_form, fast=False),
     "plain": plain_form,

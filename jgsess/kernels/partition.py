@@ -169,6 +169,8 @@ def has_rule(spec, avals, params: dict) -> bool:
 def _factors(spec, call: _Call) -> Factors:
     kwargs = call.kwargs
     factors = _operand_factors(spec, kwargs, [jax.ShapeDtypeStruct(s, d) for s, d in call.avals])
+    if factors is None:
+        raise ValueError(f"{spec.name}: no sharding rule for these shapes")
     return factors.with_arena() if kwargs.get("workspace") else factors
 
 
@@ -178,7 +180,7 @@ def _split_axes(dims, arrays, mesh, factors: Factors) -> dict[str, tuple]:
     propagates through elementwise operations. A split that does not divide its dimension is
     dropped."""
     sizes = dict(factors.sizes)
-    candidates = []
+    candidates: list = []
     for operand, array in zip(dims, arrays):
         sharding, shape = array.sharding, array.shape
         if not isinstance(sharding, NamedSharding):  # not known yet (GSPMD's propagation)
@@ -201,7 +203,8 @@ def _split_axes(dims, arrays, mesh, factors: Factors) -> dict[str, tuple]:
 
 
 def _sharding(mesh, operand: tuple[Dim, ...], axes: dict) -> NamedSharding:
-    parts, used = [], set()
+    parts: list = []
+    used: set = set()
     for dim in operand:
         names = axes.get(_major(dim), ())
         names = () if used & set(names) else names  # an axis splits one dimension at most

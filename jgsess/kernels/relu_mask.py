@@ -86,13 +86,18 @@ def _factors(forward: bool):
     return factors
 
 
+def forward_avals(avals, static) -> list:
+    """y (as s) and the mask's u32 words, for s (or a, b)."""
+    return [
+        _compat.ShapedArray(avals[0].shape, avals[0].dtype),
+        _compat.ShapedArray(mask_shape(avals[0].shape), np.dtype(np.uint32)),
+    ]
+
+
 FORWARD = KernelSpec(
     name="relu_mask",
     reference=forward,
-    result_avals=lambda avals, static: [
-        _compat.ShapedArray(avals[0].shape, avals[0].dtype),
-        _compat.ShapedArray(mask_shape(avals[0].shape), np.dtype(np.uint32)),
-    ],
+    result_avals=forward_avals,
     prefer_kernel=prefer_kernel,
     factors=_factors(forward=True),
     doc="ReLU keeping a 1-bit mask for its backward",

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -182,10 +182,10 @@ def _async_hint(ctx) -> None:
     work = mlir.lower_fun(
         lambda: (jax.lax.iota(jnp.float32, HINT_FLOPS) + 1.0,), multiple_results=True
     )(ctx.replace(avals_in=[], avals_out=[aval]))
-    extra = {}
+    extra: dict[str, Any] = {}
     if partition.in_shard_map(ctx):  # SPMD wants a side-effecting op's sharding: per device
         extra = {"extra_attributes": {"mhlo.sharding": mlir.ir.StringAttr.get("{manual}")}}
-        if jax.config.jax_use_shardy_partitioner:
+        if jax.config.jax_use_shardy_partitioner:  # type: ignore[attr-defined]
             shardings = mlir.ir.Attribute.parse("#sdy.sharding_per_value<[<mesh<[]>, []>]>")
             extra = {"extra_attributes": {"sdy.sharding": shardings}}
     hint = jax.ffi.ffi_lowering(ASYNC_HINT_TARGET, has_side_effect=True, **extra)

@@ -113,7 +113,8 @@ def _offline(order: list[Buffer]) -> tuple[dict[int, int], int]:
 
 def _heap(bufs: list[Buffer]) -> tuple[dict[int, int], int]:
     order = sorted((b.start, -b.size, b.end, id(b)) for b in bufs)
-    gaps, live = _Gaps(), []  # live: a heap of (end, id, offset, size)
+    gaps = _Gaps()
+    live: list[tuple[int, int, int, int]] = []  # a heap of (end, id, offset, size)
     placed: dict[int, int] = {}
     top = 0
     for start, minus_size, end, key in order:

@@ -58,7 +58,7 @@ def buffers(
         if node.is_fused:
             for operand, result in node.params.get("aliases", ()):
                 root[node.outputs[result]] = node.inputs[operand]
-    found: dict[Value, Buffer] = {}
+    found: dict[Value | Node, Buffer] = {}  # a value's buffer, or a node's workspace
 
     def buffer(value: Value, kind: str, start: int) -> Buffer:
         key = owner(value)

@@ -104,7 +104,7 @@ class MemoryPlan:
         handles = [Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
         ax.legend(
             [*handles, ax.lines[0]],
-            [*colors, ax.lines[0].get_label()],
+            [*colors, str(ax.lines[0].get_label())],
             fontsize=8,
             loc="upper right",
         )

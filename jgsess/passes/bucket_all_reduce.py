@@ -79,7 +79,7 @@ def run(graph: Graph, ctx: Context) -> int:
         for node in g.live():
             if _compat.is_shard_map(node.name) and _compat.SHARD_MAP_BODY in node.subgraphs:
                 mesh = _compat.shard_map_mesh(node.params)
-                for body in node.subgraphs[_compat.SHARD_MAP_BODY].walk():
+                for body in node.body(_compat.SHARD_MAP_BODY).walk():
                     count += _bucket_body(body, mesh, cap, setting, ctx)
     return count
 
@@ -132,7 +132,8 @@ def _cut(operands: list, cap: int, depends) -> list[list]:
     """Consecutive (value, all-reduce, index) operands into buckets of at most `cap` bytes (a
     larger one alone). An operand computed from an all-reduce of the open bucket (a gradient
     behind a reduced activation) starts a new one: `depends(value, nodes)` says whether it is."""
-    buckets, size = [], cap
+    buckets: list = []
+    size = cap
     for operand in operands:
         nbytes = _compat.aval_nbytes(operand[0].aval)
         if size + nbytes > cap or depends(operand[0], {node for _, node, _ in buckets[-1]}):

@@ -36,7 +36,7 @@ def _floating(value: Value) -> bool:
 
 def _new(graph: Graph, m: Match, name: str, *inputs: Value) -> Value:
     node = ops.make(name, list(inputs), m.root.aval)
-    graph.insert(node, before=m.root.producer)
+    graph.insert(node, before=m.node)
     return node.outputs[0]
 
 
@@ -66,7 +66,7 @@ def _never_negative_zero(value: Value, depth: int = 4) -> bool:
 
 def _square_of_constant(graph: Graph, m: Match) -> Value | None:
     # square (broadcast_in_dim c) -> broadcast_in_dim (c*c): IEEE multiplication, as XLA's
-    broadcast = m.value_of(BROADCAST).producer
+    broadcast = m.node_of(BROADCAST)
     c = m["c"]
     if not _floating(c) or c.scalar_value() is None:
         return None
@@ -76,13 +76,13 @@ def _square_of_constant(graph: Graph, m: Match) -> Value | None:
         [m.root.aval],
         broadcast.params,
     )
-    graph.insert(node, before=m.root.producer)
+    graph.insert(node, before=m.node)
     return node.outputs[0]
 
 
 def _drop_scalar_broadcasts(graph: Graph, m: Match) -> Value | None:
     # add x (broadcast_in_dim s) -> add x s   (jax broadcasts a rank-0 operand itself)
-    node = m.root.producer
+    node = m.node
     for i, operand in enumerate(node.inputs):
         other = node.inputs[1 - i]
         producer = operand.producer
@@ -101,7 +101,7 @@ def _drop_scalar_broadcasts(graph: Graph, m: Match) -> Value | None:
 
 def _sink_convert(graph: Graph, m: Match) -> Value | None:
     # rounding to nearest even (and a weak-type-only convert) is symmetric in the sign
-    convert = m.root.producer
+    convert = m.node
     if not (_floating(m["x"]) and _floating(m.root)):
         return None
     moved = Node(convert.op, [m["x"]], [m.root.aval], convert.params)

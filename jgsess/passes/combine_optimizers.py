@@ -49,7 +49,7 @@ def _operand_key(value: Value, memo: dict):
     if value.id in memo:
         return memo[value.id]
     node = value.producer
-    key = ("value", value.id)
+    key: tuple = ("value", value.id)
     if value.ndim == 0 and node is not None and not (node.is_fused or node.effects):
         params = _params_key(node) if not node.subgraphs else None
         if params is not None:

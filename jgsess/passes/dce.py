@@ -18,21 +18,22 @@ from .manager import Context, Pass
 def _forwarded(node: Node) -> dict[int, Value]:
     """Outputs of a call-like node that are just one of its inputs, by output index."""
     if _compat.is_jit(node.name) and _compat.JIT_BODY in node.subgraphs:
-        sub = node.subgraphs[_compat.JIT_BODY]
+        sub = node.body(_compat.JIT_BODY)
         positions = {v: i for i, v in enumerate(sub.inputs)}
         return {
             k: node.inputs[positions[out]] for k, out in enumerate(sub.outputs) if out in positions
         }
     if node.name == "cond":
-        branches = node.subgraphs[_compat.COND_BRANCHES]
+        branches = node.bodies(_compat.COND_BRANCHES)
         found = {}
         for k in range(len(node.outputs)):
-            picks = set()
+            picks: set[int | None] = set()
             for sub in branches:
                 out = sub.outputs[k]
                 picks.add(sub.inputs.index(out) if out in sub.inputs else None)
-            if len(picks) == 1 and None not in picks:
-                found[k] = node.inputs[1 + picks.pop()]  # operand 0 is the branch index
+            pick = picks.pop() if len(picks) == 1 else None
+            if pick is not None:
+                found[k] = node.inputs[1 + pick]  # operand 0 is the branch index
         return found
     return {}
 

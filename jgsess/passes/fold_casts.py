@@ -67,7 +67,8 @@ def _fold(graph: Graph, node: Node) -> bool:
     for r, (old, new) in enumerate(zip(node.outputs, folded.outputs)):
         graph.replace_uses(narrowed.get(r, old), new)
     for cast in narrowed.values():
-        graph.remove(cast.producer)  # its operand, the f32 result, goes with `node`
+        if cast.producer is not None:  # its operand, the f32 result, goes with `node`
+            graph.remove(cast.producer)
     graph.remove(node)
     return True
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from .. import _config
 from ..ir import Graph, graph_dot, graph_text, interface_of, order_csv, verify
+from ..memory.plan import MemoryPlan
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ class CompileRecord:
     kernels: list = field(default_factory=list)
     # graph inputs a kernel could have overwritten had they been donated: plan-memory
     undonated: list[tuple[int, ...]] = field(default_factory=list)
-    # memory.plan.MemoryPlan of the program: plan-memory
-    memory_plan: object = None
+    # the program's memory plan: plan-memory
+    memory_plan: MemoryPlan | None = None
     # autotune measurements behind kernel choices: select-kernels, fuse-batch-norm
     autotune: list = field(default_factory=list)
     # (kernel, "kernel" or "xla") per choice the cost model made because this compilation's

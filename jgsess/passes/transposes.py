@@ -11,7 +11,7 @@ dedup-transpose:
 
 from __future__ import annotations
 
-from ..ir.graph import Graph
+from ..ir.graph import Graph, Value
 from ..patterns import Pat, Var, rewrite
 from .manager import Context, Pass
 
@@ -34,7 +34,7 @@ def remove_pairs(graph: Graph, ctx: Context | None) -> int:
 
 def dedup(graph: Graph, ctx: Context | None) -> int:
     count = 0
-    first: dict[tuple, object] = {}
+    first: dict[tuple, Value] = {}
     for node in graph.live():
         if node.name != "transpose" or not graph.is_rewritable(node):
             continue

@@ -58,7 +58,7 @@ def xla_widens(platform: str, dtype: np.dtype, compiler_options: tuple = ()) -> 
 
 
 def _widen(graph: Graph, m: Match, ctx: Context) -> Value | None:
-    product, convert = m.value_of(PRODUCT), m.root.producer
+    product, convert = m.value_of(PRODUCT), m.node
     c, x = sorted((m["c"], m["x"]), key=lambda v: v.ndim)  # the scalar, the array
     if not (
         _compat.convert_dtype(convert.params) == np.float32

@@ -81,11 +81,11 @@ def _same_param(a, b) -> bool:
         return a is b
 
 
-def _order(example: Graph, anchor: Node) -> list[tuple[Node, Value]]:
+def _order(example: Graph, anchor: Node) -> list[tuple[Node, Value | None]]:
     """Example nodes in the order they are matched, each with the value linking it to an
     earlier one (the anchor has none)."""
     seen = {anchor}
-    order = [(anchor, None)]
+    order: list[tuple[Node, Value | None]] = [(anchor, None)]
     for node, _ in order:
         for value in [*node.inputs, *node.outputs]:
             if value.is_const:
@@ -178,9 +178,10 @@ def embed(
             image = state.values.get(link)
             if image is None:
                 return None
-            candidates = (
-                [image.producer] if link.producer is node else list(dict.fromkeys(image.users))
-            )
+            if link.producer is node:
+                candidates = [image.producer] if image.producer is not None else []
+            else:
+                candidates = list(dict.fromkeys(image.users))
         used = set(state.nodes.values())
         for candidate in candidates:
             if candidate is None or candidate in used:

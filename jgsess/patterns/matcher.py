@@ -13,7 +13,7 @@ its node in place, or None to decline. Unknown ops pass through.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,9 +26,25 @@ from .pat import Lit, Pat, Pattern, Var
 class Match:
     """One way a pattern matched: captures by name, and pattern node -> matched value."""
 
+    root: Value  # the value the pattern's root matched
     captures: dict[str, Value] = field(default_factory=dict)
     values: dict[int, Value] = field(default_factory=dict)
-    root: Value | None = None
+
+    @property
+    def node(self) -> Node:
+        """The node whose output the root matched (a `Pat` root's)."""
+        return self.node_of_value(self.root)
+
+    def node_of(self, pattern: Pattern) -> Node:
+        """The node whose output `pattern` (a `Pat`) matched."""
+        return self.node_of_value(self.value_of(pattern))
+
+    @staticmethod
+    def node_of_value(value: Value) -> Node:
+        node = value.producer
+        if node is None:
+            raise ValueError("a Pat matches node outputs only")
+        return node
 
     def __getitem__(self, name: str) -> Value:
         return self.captures[name]
@@ -44,7 +60,7 @@ class Match:
         seen: dict[Node, None] = {}
         for key, value in self.values.items():
             if isinstance(patterns[key], Pat):
-                seen[value.producer] = None
+                seen[self.node_of_value(value)] = None
         return list(seen)
 
     def _with(self, pattern: Pattern, value: Value) -> Match:
@@ -53,7 +69,7 @@ class Match:
             captures[pattern.name] = value
         values = dict(self.values)
         values[id(pattern)] = value
-        return Match(captures, values, self.root)
+        return Match(self.root, captures, values)
 
 
 def same_value(a: Value, b: Value) -> bool:
@@ -88,10 +104,11 @@ def match(pattern: Pattern, value: Value, state: Match | None = None) -> Iterato
     if pattern.name is not None and pattern.name in state.captures:
         if not same_value(state.captures[pattern.name], value):
             return
-    if node is None:  # a Var or a Lit
+    if not isinstance(pattern, Pat):  # a Var or a Lit
         if pattern.accepts(value):
             yield state._with(pattern, value)
         return
+    assert node is not None  # a Pat's node, checked above
     if not pattern.params_match(node.params):
         return
     state = state._with(pattern, value)
@@ -124,7 +141,7 @@ def pattern_nodes(*roots: Pattern) -> dict[int, Pattern]:
     return found
 
 
-Rule = tuple[Pattern, Callable[[Graph, Match], "Value | None"]]
+Rule = tuple[Pat, Callable[[Graph, Match], "Value | None"]]
 
 
 def _may_match(pattern: Pat, node: Node) -> bool:
@@ -145,7 +162,7 @@ def _may_match(pattern: Pat, node: Node) -> bool:
     return True
 
 
-def rewrite(graph: Graph, rules: list[Rule]) -> int:
+def rewrite(graph: Graph, rules: Sequence[Rule]) -> int:
     """Apply `rules` to the rewritable nodes of `graph` until none fires; returns the count.
 
     A worklist drives it: every node once, then the users of each replacement (and new nodes),

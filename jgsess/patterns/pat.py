@@ -20,6 +20,10 @@ class Pattern:
 
     name: str | None = None
 
+    def accepts(self, value) -> bool:
+        """Whether a leaf pattern (`Var`, `Lit`) takes `value` as it is."""
+        raise NotImplementedError
+
 
 class Var(Pattern):
     """Any value, optionally restricted by `pred(value)`; binds `name`."""
@@ -32,7 +36,7 @@ class Var(Pattern):
         return self.pred is None or self.pred(value)
 
     def __repr__(self) -> str:
-        return self.name
+        return str(self.name)
 
 
 class Scalar(Var):

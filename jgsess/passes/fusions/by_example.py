@@ -32,7 +32,7 @@ _EXAMPLE_SIZE = 7
 class ExamplePattern:
     """A traced pattern: `root` to match, `outputs` the fused node defines, `inputs` it reads."""
 
-    root: Pattern
+    root: Pat
     outputs: tuple[Pattern, ...]
     inputs: tuple[str, ...]
 
@@ -74,6 +74,8 @@ def from_function(fn, scalars=(), dtypes=None, names=None) -> ExamplePattern:
                 raise ValueError("pattern examples may only hold scalar constants")
             return Lit(number)
         node = value.producer
+        if node is None:
+            raise ValueError(f"{value} is neither an input nor computed in the example")
         params = {k: v for k, v in node.params.items() if k not in _compat.SHAPE_PARAMS}
         pattern = Pat(
             node.name,
@@ -85,6 +87,8 @@ def from_function(fn, scalars=(), dtypes=None, names=None) -> ExamplePattern:
         return pattern
 
     outputs = tuple(convert(v) for v in graph.outputs)
+    if not isinstance(outputs[0], Pat):
+        raise ValueError(f"the first output of {fn.__name__} is not computed")
     reachable = pattern_nodes(outputs[0])
     for out in outputs[1:]:
         if id(out) not in reachable:

@@ -96,7 +96,11 @@ def _acyclic(graph: Graph, rewrite: Rewrite, order: dict) -> bool:
     new = {value for node, _ in rewrite.added for value in node.outputs}
     for node, _ in rewrite.added:
         mine = set(node.outputs)
-        replaced = {old.producer for old, value in rewrite.replaced if value in mine}
+        replaced = {
+            old.producer
+            for old, value in rewrite.replaced
+            if value in mine and old.producer is not None
+        }
         inputs = [v for v in node.inputs if v not in new]
         if replaced and graph.depends_on(inputs, replaced, order):
             return False
@@ -189,7 +193,8 @@ def pattern_fusion(
     @functools.cache
     def by_op(narrow: bool) -> dict[str, list[FusionRule]]:
         table: dict[str, list[FusionRule]] = {}
-        for rule in (narrow_rules if narrow else rules)():
+        make = narrow_rules if narrow and narrow_rules is not None else rules
+        for rule in make():
             for op in rule.pattern.root.ops:
                 table.setdefault(op, []).append(rule)
         return table

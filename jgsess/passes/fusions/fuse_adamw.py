@@ -31,7 +31,7 @@ TENSORS = ("p", "g", "m", "v")
 
 
 def _used(flags: int) -> tuple:
-    used = ("b1", "omb1", "b2", "omb2")
+    used: tuple[str, ...] = ("b1", "omb1", "b2", "omb2")
     used += ("bc1", "bc2") if flags & Flag.BIAS_CORRECTION else ()
     used += ("eps",) + (("eps_root",) if flags & Flag.EPS_ROOT else ())
     used += ("wd",) if flags & Flag.WEIGHT_DECAY else ()

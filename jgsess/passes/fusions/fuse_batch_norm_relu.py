@@ -77,7 +77,9 @@ class _Example:
         clean(graph, Context())
         self.graph = graph
         self.outputs = list(graph.outputs)
-        self.anchor = self.outputs[0].producer
+        anchor = self.outputs[0].producer
+        assert anchor is not None  # y: the example's ReLU computes it
+        self.anchor = anchor
         self.add = add
         self.train = train
         self.residuals = _residuals(graph) if train else []
@@ -130,7 +132,7 @@ def _probe(s: Value) -> tuple[int, np.dtype, bool] | None:
                 continue
             seen.add(node)
             if node.name == "sub":
-                found = _layout(*node.inputs, s)
+                found = _layout(node.inputs[0], node.inputs[1], s)
                 if found is not None:
                     add = _residual_add(s)
                     return found[0], found[1], add
@@ -174,7 +176,7 @@ def _constant(node: Node, memo: dict) -> bool:
             memo[top] = False  # an effect, or a graph input
             stack.pop()
             continue
-        producers = [v.producer for v in top.inputs if not v.is_const]
+        producers = [v.producer for v in top.inputs if v.producer is not None]
         waiting = [p for p in producers if p not in memo]
         if waiting:
             stack.extend(waiting)
@@ -235,7 +237,9 @@ def _rewrite(graph: Graph, ex: _Example, emb: Embedding, axis: int, form: str) -
     if ex.train:
         inputs = [operands[-1], *forward_in[:2], *fwd.outputs[1:4]]
         bwd = Node(specs[1], inputs, [v.aval for v in image[3:]], params[1])
-        added.append((bwd, image[3].producer))
+        first_grad = image[3].producer
+        assert first_grad is not None  # the program computes its gradients
+        added.append((bwd, first_grad))
         replaced += list(zip(image[3:], bwd.outputs))
         kept = sum(_compat.aval_nbytes(emb.values[v].aval) for v in ex.residuals)
         fused = sum(_compat.aval_nbytes(v.aval) for v in fwd.outputs[1:4])
@@ -285,14 +289,18 @@ def _decide(specs, params, avals, train: bool, ctx) -> tuple[bool, str]:
 def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
     """At a ReLU `node`: one rewrite per formula of `FORMS` that embeds around it."""
     s = _relu_input(node)
-    probe = _probe(s) if s is not None else None
+    if s is None:
+        return
+    probe = _probe(s)
     if probe is None:
         return
     axis, x_dtype, add = probe
     train = _trains(graph, s)
     for form in batch_norm.FORMS:
         ex = _example(form, train, add, s.shape, x_dtype, np.dtype(s.dtype), axis)
-        emb = ex and embed(ex.graph, ex.anchor, node, {_EPS_KEY: "eps"})
+        if ex is None:
+            continue
+        emb = embed(ex.graph, ex.anchor, node, {_EPS_KEY: "eps"})
         if emb is not None and "eps" in emb.wildcards:
             yield _rewrite(graph, ex, emb, axis, form)
 

@@ -40,7 +40,8 @@ def _term(graph: Graph, value: Value) -> tuple[Value, list[Node]] | None:
     nodes, user = [reduce], reduce  # the nodes from the square on, and the square's one user
     convert = squared.producer
     if (
-        ops.is_same_dtype_convert(convert)
+        convert is not None
+        and ops.is_same_dtype_convert(convert)
         and graph.is_rewritable(convert)
         and _only_use(graph, squared, reduce)
     ):

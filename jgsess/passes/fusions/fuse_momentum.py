@@ -23,7 +23,7 @@ TENSORS = ("p", "g", "acc")
 
 
 def _used(flags: int) -> tuple:
-    used = ("lr", "mu")
+    used: tuple[str, ...] = ("lr", "mu")
     used += ("wd",) if flags & Flag.WEIGHT_DECAY else ()
     return used + (("scale",) if flags & Flag.SCALE else ())
 

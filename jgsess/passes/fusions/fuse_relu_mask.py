@@ -75,7 +75,7 @@ def find(graph: Graph, gt: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
         return
     relu = relus[0]
     operands = _absorbed_add(graph, s, {relu, gt}) or [s]
-    avals = relu_mask.FORWARD.result_avals([s.aval], {})
+    avals = relu_mask.forward_avals([s.aval], {})
     forward = Node(relu_mask.FORWARD, operands, avals, {"impl": "kernel"})
     added = [(forward, relu)]
     replaced = [(relu.outputs[0], forward.outputs[0])]

@@ -65,6 +65,8 @@ def narrow_math_matches(
     the update written in `dtype` on `platform` (jax.jit's `compiler_options`): both compiled
     alone and run on the same random operands (two tensors, one of them a vector's odd tail;
     the per-tensor slots `wide_slots` in f32)."""
+    if spec.tensors is None:
+        raise ValueError(f"{spec.name} is not a multi-tensor kernel")
     shared, per_tensor, _ = spec.tensors
     rng = np.random.default_rng(0)
     scalars = [np.float32(np.asarray(x, dtype)) for x in rng.uniform(0.05, 1.0, shared)]
