@@ -127,7 +127,8 @@ class _Body:
     def __call__(self, *args, **kwargs):
         # the cycle collector is off while the program is traced and optimized: the pipeline
         # makes many small objects, and the collections they triggered (each walking every
-        # object jax holds) took half its time on large programs
+        # object jax holds) took a large share of its time on large programs
+        # (benchmarks/compile_time.py)
         if not self._weakly_referenceable:
             weakref.ref(self._ref())  # jax.jit's TypeError: "cannot create weak reference ..."
         collecting = gc.isenabled()

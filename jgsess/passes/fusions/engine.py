@@ -186,7 +186,8 @@ def pattern_fusion(
 
     `needs`: op names of which every rule's pattern has a node matching only these; a graph
     with none of them cannot match, and its rules are not even traced (tracing AdamW's 24
-    forms costs a tenth of a second in every new process, ResNet steps have no `sqrt`).
+    forms is a visible part of a small program's first compile in every new process, and
+    ResNet steps have no `sqrt`: benchmarks/compile_time.py).
     `narrow_rules()`: more rules, tried after them at a bf16/f16 root only (forms a program
     written in a narrow dtype spells differently), traced on the first such root."""
 
