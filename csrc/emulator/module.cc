@@ -38,42 +38,41 @@ pybind11::dict Stages(XLA_FFI_Handler* load, XLA_FFI_Handler* execute) {
   return stages;
 }
 
+// table[name] = the stages of `kExecute` under the guard, which names it `name` in its reports
+template <XLA_FFI_Handler* kExecute, jgsess::simt::Name kName>
+void Put(pybind11::dict& table, XLA_FFI_Handler* load) {
+  table[kName.text] = Stages(load, Guarded<kExecute, kName>);
+}
+
 // kernel name (its jgsess_<name> target) -> the emulated CUDA handler
 pybind11::dict Handlers() {
   pybind11::dict table;
-  table["adamw"] = Stages(AdamwCudaLoad, Guarded<AdamwCuda, "adamw">);
-  table["batch_norm_relu"] =
-      Stages(BatchNormReluCudaLoad, Guarded<BatchNormReluCuda, "batch_norm_relu">);
-  table["batch_norm_add_relu"] =
-      Stages(BatchNormAddReluCudaLoad, Guarded<BatchNormAddReluCuda, "batch_norm_add_relu">);
-  table["batch_norm_relu_grad"] =
-      Stages(BatchNormReluGradCudaLoad, Guarded<BatchNormReluGradCuda, "batch_norm_relu_grad">);
-  table["batch_norm_add_relu_grad"] = Stages(
-      BatchNormAddReluGradCudaLoad, Guarded<BatchNormAddReluGradCuda, "batch_norm_add_relu_grad">);
-  table["cast_all"] = Stages(CastAllCudaLoad, Guarded<CastAllCuda, "cast_all">);
-  table["global_norm"] = Stages(GlobalNormCudaLoad, Guarded<GlobalNormCuda, "global_norm">);
-  table["momentum"] = Stages(MomentumCudaLoad, Guarded<MomentumCuda, "momentum">);
-  table["relu_mask"] = Stages(ReluMaskCudaLoad, Guarded<ReluMaskCuda, "relu_mask">);
-  table["relu_mask_grad"] =
-      Stages(ReluMaskGradCudaLoad, Guarded<ReluMaskGradCuda, "relu_mask_grad">);
+  Put<AdamwCuda, "adamw">(table, AdamwCudaLoad);
+  Put<BatchNormReluCuda, "batch_norm_relu">(table, BatchNormReluCudaLoad);
+  Put<BatchNormAddReluCuda, "batch_norm_add_relu">(table, BatchNormAddReluCudaLoad);
+  Put<BatchNormReluGradCuda, "batch_norm_relu_grad">(table, BatchNormReluGradCudaLoad);
+  Put<BatchNormAddReluGradCuda, "batch_norm_add_relu_grad">(table, BatchNormAddReluGradCudaLoad);
+  Put<CastAllCuda, "cast_all">(table, CastAllCudaLoad);
+  Put<GlobalNormCuda, "global_norm">(table, GlobalNormCudaLoad);
+  Put<MomentumCuda, "momentum">(table, MomentumCudaLoad);
+  Put<ReluMaskCuda, "relu_mask">(table, ReluMaskCudaLoad);
+  Put<ReluMaskGradCuda, "relu_mask_grad">(table, ReluMaskGradCudaLoad);
   return table;
 }
 
 // check name -> a handler whose kernel breaks that check (emulator/broken.cu)
 pybind11::dict Broken() {
   pybind11::dict table;
-  table["correct"] = Stages(BrokenLoad, Guarded<BrokenNone, "correct">);
-  table["global_read_past_end"] =
-      Stages(BrokenLoad, Guarded<BrokenReadPastEnd, "global_read_past_end">);
-  table["global_write_before_start"] =
-      Stages(BrokenLoad, Guarded<BrokenWriteBeforeStart, "global_write_before_start">);
-  table["shared_race"] = Stages(BrokenLoad, Guarded<BrokenSharedRace, "shared_race">);
-  table["barrier_divergence"] = Stages(BrokenLoad, Guarded<BrokenBarrier, "barrier_divergence">);
-  table["shuffle_exited_lane"] = Stages(BrokenLoad, Guarded<BrokenShuffle, "shuffle_exited_lane">);
-  table["ballot_exited_lane"] = Stages(BrokenLoad, Guarded<BrokenBallot, "ballot_exited_lane">);
-  table["result_unwritten"] = Stages(BrokenLoad, Guarded<BrokenUnwritten, "result_unwritten">);
-  table["operand_written"] = Stages(BrokenLoad, Guarded<BrokenOperandWritten, "operand_written">);
-  table["unloaded_kernel"] = Stages(BrokenLoad, Guarded<BrokenUnloaded, "unloaded_kernel">);
+  Put<BrokenNone, "correct">(table, BrokenLoad);
+  Put<BrokenReadPastEnd, "global_read_past_end">(table, BrokenLoad);
+  Put<BrokenWriteBeforeStart, "global_write_before_start">(table, BrokenLoad);
+  Put<BrokenSharedRace, "shared_race">(table, BrokenLoad);
+  Put<BrokenBarrier, "barrier_divergence">(table, BrokenLoad);
+  Put<BrokenShuffle, "shuffle_exited_lane">(table, BrokenLoad);
+  Put<BrokenBallot, "ballot_exited_lane">(table, BrokenLoad);
+  Put<BrokenUnwritten, "result_unwritten">(table, BrokenLoad);
+  Put<BrokenOperandWritten, "operand_written">(table, BrokenLoad);
+  Put<BrokenUnloaded, "unloaded_kernel">(table, BrokenLoad);
   return table;
 }
 
