@@ -104,11 +104,11 @@ def match(pattern: Pattern, value: Value, state: Match | None = None) -> Iterato
     if pattern.name is not None and pattern.name in state.captures:
         if not same_value(state.captures[pattern.name], value):
             return
-    if not isinstance(pattern, Pat):  # a Var or a Lit
+    if isinstance(pattern, (Var, Lit)):
         if pattern.accepts(value):
             yield state._with(pattern, value)
         return
-    assert node is not None  # a Pat's node, checked above
+    assert isinstance(pattern, Pat) and node is not None  # its node, checked above
     if not pattern.params_match(node.params):
         return
     state = state._with(pattern, value)
@@ -153,7 +153,7 @@ def _may_match(pattern: Pat, node: Node) -> bool:
         if isinstance(src, Pat):
             if not any(v.producer is not None and v.producer.name in src.ops for v in inputs):
                 return False
-        elif isinstance(src, Lit) or getattr(src, "pred", None) is not None:
+        elif isinstance(src, Lit) or (isinstance(src, Var) and src.pred is not None):
             if not any(src.accepts(v) for v in inputs):
                 return False
     srcs = pattern.srcs

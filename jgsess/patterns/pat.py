@@ -20,10 +20,6 @@ class Pattern:
 
     name: str | None = None
 
-    def accepts(self, value) -> bool:
-        """Whether a leaf pattern (`Var`, `Lit`) takes `value` as it is."""
-        raise NotImplementedError
-
 
 class Var(Pattern):
     """Any value, optionally restricted by `pred(value)`; binds `name`."""
