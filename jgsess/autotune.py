@@ -209,30 +209,22 @@ def measure(kernel, xla, operands, platform: str) -> tuple[float, float]:
     return statistics.median(times[0]), statistics.median(times[1])
 
 
-# why a decision was not measured (decide's answer then); the cost model decides instead
-UNMEASURED_YET = "not measured yet (this compilation's measuring budget was spent)"
-
-
-def decide(
-    kernel: str, key: str, sides, platform: str, log: list, budget: float
-) -> Measurement | str:
+def _measured(kernel: str, key: str, sides, platform: str, log: list, budget: float):
     """The cached decision under `key`, else one measured now with `sides()` (-> kernel
-    function, XLA function, operands), else why there is none: measuring is off, only cached
-    decisions are used, this compilation's `budget` (seconds) is spent (`UNMEASURED_YET`), or
-    the platform has no device in this process (a program lowered for another machine). `log`
-    collects the compilation's decisions (the report prints them)."""
+    function, XLA function, operands), appended to `log`; else why there is none (with
+    whether a later compilation will measure it)."""
     setting = mode()
     if setting == "off":
-        return "not measured (JGSESS_AUTOTUNE=0)"
-    if not platforms.has_devices(platform):
-        return f"not measured (no {platform} device in this process)"
+        return "not measured (JGSESS_AUTOTUNE=0)", False
+    if not platforms.has_devices(platform):  # a program lowered for another machine
+        return f"not measured (no {platform} device in this process)", False
     entry = _load().get(key)
     if entry is not None:
         found = Measurement(kernel, key, entry["kernel_s"], entry["xla_s"], cached=True)
     elif setting == "cached":
-        return "not measured (JGSESS_AUTOTUNE=cached, none cached)"
+        return "not measured (JGSESS_AUTOTUNE=cached, none cached)", False
     elif sum(m.seconds for m in log) >= budget:
-        return UNMEASURED_YET
+        return "not measured yet (this compilation's measuring budget was spent)", True
     else:
         start = time.perf_counter()
         kernel_fn, xla_fn, operands = sides()
@@ -240,14 +232,31 @@ def decide(
         found = Measurement(kernel, key, kernel_s, xla_s, False, time.perf_counter() - start)
         _store(key, {"kernel_s": kernel_s, "xla_s": xla_s})
     log.append(found)
-    return found
+    return found, False
 
 
-def choose(node, platform: str, log: list, budget: float) -> Measurement | str:
-    """The measured (or cached) decision for a fused node whose spec has a cost model, else why
-    there is none (see `decide`)."""
+def decide(
+    kernel: str, key: str, sides, platform: str, record, budget: float, cost_model
+) -> tuple[bool, str]:
+    """Whether to take `kernel` here, and why: its measured (or cached) decision under `key`,
+    else the cost model's, `cost_model()` -> (kernel wins, why). Measurements go to
+    `record.autotune` (the report prints them, and they count against this compilation's
+    `budget`, in seconds); a choice the cost model made because the budget was spent goes to
+    `record.unmeasured` (a later compilation measures it)."""
+    found, later = _measured(kernel, key, sides, platform, record.autotune, budget)
+    if isinstance(found, Measurement):
+        return found.impl == "kernel", found.reason()
+    wins, why = cost_model()
+    if later:
+        record.unmeasured.append((kernel, "kernel" if wins else "xla"))
+    return wins, f"{found}; cost model: {why}"
+
+
+def choose(node, platform: str, record, budget: float) -> tuple[bool, str]:
+    """`decide` for a fused node whose spec has a cost model (`prefer_kernel`)."""
     sides = functools.partial(_node_sides, node, platform)
-    return decide(node.op.name, key_of(node, platform), sides, platform, log, budget)
+    cost_model = functools.partial(node.op.prefer_kernel, node, platform)
+    return decide(node.op.name, key_of(node, platform), sides, platform, record, budget, cost_model)
 
 
 def _main(argv: list[str]) -> int:

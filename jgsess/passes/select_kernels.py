@@ -36,14 +36,8 @@ def choose(node: Node, ctx: Context) -> tuple[str, str]:
         return "xla", reason
     if spec.prefer_kernel is None:
         return "kernel", f"compiled {platform} kernel"
-    measured = autotune.choose(node, platform, ctx.record.autotune, ctx.autotune_budget)
-    if isinstance(measured, autotune.Measurement):
-        return measured.impl, measured.reason()
-    wins, reason = spec.prefer_kernel(node, platform)
-    impl = "kernel" if wins else "xla"
-    if measured == autotune.UNMEASURED_YET:
-        ctx.record.unmeasured.append((spec.name, impl))
-    return impl, f"{measured}; cost model: {reason}"
+    wins, reason = autotune.choose(node, platform, ctx.record, ctx.autotune_budget)
+    return ("kernel" if wins else "xla"), reason
 
 
 def run(graph: Graph, ctx: Context) -> int:
