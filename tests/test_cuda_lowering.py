@@ -113,3 +113,13 @@ def test_before_the_mapping_a_gpu_named_gpu_had_no_kernel(monkeypatch):
     cl.fake_gpu(monkeypatch)
     monkeypatch.setattr(platforms, "kernel_platform", lambda device: device.platform)
     assert cl.kernel_calls(cl.lowered(fn, args, "cuda")) == []
+
+
+def test_an_unusable_gpu_is_warned_about_once(monkeypatch):
+    cl.fake_gpu(monkeypatch, capability="6.1")
+    device = platforms.default_device()
+    with pytest.warns(RuntimeWarning) as caught:
+        for _ in range(3):
+            usable, _ = _native.cuda_usable(device)
+            assert not usable
+    assert len(caught) == 1

@@ -80,12 +80,12 @@ def cuda_build() -> dict:
     return module.cuda_build() if module is not None else {"sm": [], "ptx": 0}
 
 
-@functools.cache
 def _major_minor(capability: str) -> tuple[int, int]:
     major, minor = capability.split(".")
     return int(major), int(minor)
 
 
+@functools.cache  # once per GPU kind: its warning comes once
 def _cuda_usable(capability: str, driver: int) -> tuple[bool, str]:
     build = cuda_build()
     carried = ", ".join(f"sm_{a}" for a in build["sm"]) + f" (+PTX compute_{build['ptx']})"
