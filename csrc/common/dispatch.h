@@ -12,9 +12,7 @@ namespace jgsess {
 
 // Calls f.template operator()<flags>() for flags in [0, kCount) that kValid accepts (a kernel's
 // combinations that exist: only those are compiled); an error otherwise.
-constexpr bool AnyFlags(int64_t) { return true; }
-
-template <int64_t kCount, bool (*kValid)(int64_t) = AnyFlags, typename F>
+template <int64_t kCount, bool (*kValid)(int64_t), typename F>
 ffi::Error DispatchFlags(int64_t flags, const char* kernel, F&& f) {
   return [&]<int64_t... kFlags>(std::integer_sequence<int64_t, kFlags...>) {
     ffi::Error result(ffi::ErrorCode::kInvalidArgument, std::string(kernel) + ": unknown flags");
@@ -33,7 +31,7 @@ ffi::Error DispatchFlags(int64_t flags, const char* kernel, F&& f) {
 }
 
 // Calls f.template operator()<flags>() for every flags value in [0, kCount) that kValid accepts.
-template <int64_t kCount, bool (*kValid)(int64_t) = AnyFlags, typename F>
+template <int64_t kCount, bool (*kValid)(int64_t), typename F>
 void ForEachFlags(F&& f) {
   [&]<int64_t... kFlags>(std::integer_sequence<int64_t, kFlags...>) {
     auto one = [&]<int64_t kOne>() {
