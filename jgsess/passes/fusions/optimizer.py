@@ -175,7 +175,7 @@ def update_rules(
     wide_slots = tuple(i for i, k in enumerate(tensors) if mixed_flag and k not in narrow_names)
     rounded = narrow_flag | mixed_flag
 
-    def selected(node: Node, ctx: Context) -> tuple[bool, str]:
+    def would_select(node: Node, ctx: Context) -> tuple[bool, str]:
         flags = node.params["flags"]
         if not flags & rounded or not spec.available(ctx.platform)[0]:
             return True, ""  # f32, or XLA's code runs it anyway (the same operations)
@@ -192,7 +192,7 @@ def update_rules(
             results_used=True,
             negated=negated,
             root_guard=_scaled_by_scalars if negated else None,
-            would_select=selected,
+            would_select=would_select,
         )
         for fn, flags, names, negated in forms
     ]
