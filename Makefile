@@ -12,6 +12,9 @@ TESTS ?= tests
 OLDEST_JAX ?= jax==0.7.2 jaxlib==0.7.2
 OLDEST_DIR ?= .ci/oldest-jax
 OLDEST_TESTS ?= tests
+# the emulated CUDA kernels' numbers are C++'s alone: checked on the newest jax; on the oldest,
+# the emulator's own tests and the emulated malformed calls check its FFI boundary
+OLDEST_PYTEST_ARGS ?= -k 'not (kernels and simt)'
 LINT_TOOLS := ruff==0.17.6 clang-format==23.1.5
 TYPECHECK_TOOLS := mypy==2.4.1
 PY := $(VENV)/bin/python
@@ -42,7 +45,7 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 test: $(STAMP) $(TESTING_STAMP)
-	$(PY) -m pytest -q $(TESTS)
+	$(PY) -m pytest -q $(TESTS) $(PYTEST_ARGS)
 
 bench: $(STAMP) $(TESTING_STAMP)
 	$(PY) benchmarks/optimizer_step.py
@@ -62,7 +65,7 @@ typecheck: $(STAMP)
 test-oldest-jax:
 	.ci/copy-tree $(OLDEST_DIR)/src
 	JGSESS_CUDA=0 $(MAKE) -C $(OLDEST_DIR)/src typecheck test VENV=$(abspath $(OLDEST_DIR))/venv \
-		JAX="$(OLDEST_JAX)" TESTS="$(OLDEST_TESTS)"
+		JAX="$(OLDEST_JAX)" TESTS="$(OLDEST_TESTS)" PYTEST_ARGS="$(OLDEST_PYTEST_ARGS)"
 
 clean:
 	rm -rf build *.egg-info jgsess/_C*.so tests/native/_testing*.so $(OLDEST_DIR)
