@@ -46,7 +46,10 @@ class JgsessFallbackWarning(RuntimeWarning):
 
 class _JittedType(type):
     def __instancecheck__(cls, obj) -> bool:
-        return isinstance(getattr(obj, "_jgsess_body", None), _Body)
+        # a function made from a jgsess.jit one by functools-style wrapping (jax.grad, ...)
+        # carries its __dict__, body included, but wraps the jitted function, not its body's
+        body = getattr(obj, "_jgsess_body", None)
+        return isinstance(body, _Body) and getattr(obj, "__wrapped__", None) is body.__wrapped__
 
 
 class Jitted(metaclass=_JittedType):
@@ -86,9 +89,29 @@ class _Body:
     """The function jax.jit traces: `fun`'s jaxpr, optimized, evaluated on jax.jit's tracers.
 
     `__wrapped__` is `fun` (jax takes the signature, name and source line from it), held weakly.
+
+    The body's own state lives in slots, so that its `__dict__` holds only what it copies from
+    `fun` (and jax.jit copies on to the compiled function). A function made by wrapping another
+    jitted one (`jax.grad(jgsess.jit(f))`) carries that one's attributes in its `__dict__`;
+    copied into a `__dict__` that also held the state, they would make this body run `f`.
     """
 
-    _weakly_referenceable = True
+    __slots__ = (
+        "_ref",
+        "_weakly_referenceable",
+        "_options",
+        "_donate_nums",
+        "_donate_names",
+        "_plan",
+        "_compiler_options",
+        "_pinned",
+        "_warned",
+        "sessions",
+        "compiled",
+        "_reports",
+        "__dict__",
+        "__weakref__",
+    )
     __name__: str  # copied from `fun` (_copy_names), as jax.jit copies them from the body
     __qualname__: str
 
@@ -96,6 +119,7 @@ class _Body:
         self, fun: Callable, options: dict, plan: bool = False, reports: _Body | None = None
     ):
         self._ref: Callable[[], Any]
+        self._weakly_referenceable = True
         try:
             self._ref = weakref.ref(fun)
         except TypeError:  # held strongly, never cached; jax.jit raises when it is called
@@ -131,6 +155,8 @@ class _Body:
         # (benchmarks/compile_time.py)
         if not self._weakly_referenceable:
             weakref.ref(self._ref())  # jax.jit's TypeError: "cannot create weak reference ..."
+        if jax.config.jax_disable_jit:  # jax.jit calls the body op by op: so does the body
+            return self._ref()(*args, **kwargs)
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -189,7 +215,9 @@ class _Body:
         # the pipeline's own traces
         with jax.explain_cache_misses(False):
             traced = traceable.trace(*args, **kwargs)
-        return traced.jaxpr, _compat.traced_consts(traced), jax.tree.structure(traced.out_info)
+        lifted = _compat.traced_consts(traced)
+        _compat.reject_escaped_tracers(lifted)
+        return traced.jaxpr, lifted, jax.tree.structure(traced.out_info)
 
     def _donated(self, args: tuple, kwargs: dict) -> list[bool]:
         """Per leaf of (args, kwargs): whether it is donated."""

@@ -5,9 +5,10 @@ or renames something means one edit: the classes, the names of the call-like pri
 of their params (nested `jit`, custom derivatives), the params that change between releases
 (`out_dtype`, `sharding`, ...). Sub-jaxprs are found by type. No other module names these
 (tests/test_vocabulary.py). The modules used are public (`jax.extend.core`, `jax.ffi`,
-`jax.interpreters.{ad,batching,mlir}`) but for three private names jax offers no public form of,
+`jax.interpreters.{ad,batching,mlir}`) but for four private names jax offers no public form of,
 each with its reason below: the registry of primitives that need devices at lowering time,
-the tracers a `Traced` closed over, and the registry of files hidden from tracebacks.
+the tracers a `Traced` closed over, whether a tracer's trace has ended, and the registry of
+files hidden from tracebacks.
 """
 
 from __future__ import annotations
@@ -108,6 +109,31 @@ def traced_consts(traced) -> list:
         return []
     consts = getattr(traced, "_consts", None)  # jax >= 0.8; 0.7 keeps them with the arguments
     return list(consts if consts is not None else traced._args_flat[:count])
+
+
+def reject_escaped_tracers(values) -> None:
+    """jax's UnexpectedTracerError for a tracer among `values` that escaped an earlier
+    transformation through a side effect: one whose trace has ended, or that belongs to no
+    trace enclosing the current one.
+
+    jax.jit raises it when the program it runs closes over such a tracer, even one whose result
+    is unused; the pipeline removes unused values before jax would see them, so the check is
+    made here, with jax's own test and message. The enclosing traces are followed through
+    their `parent_trace`; where a trace does not name its parent, only ended traces count."""
+    from jax._src import core
+
+    enclosing, trace, complete = set(), core.trace_ctx.trace, True
+    while trace is not None and not isinstance(trace, core.EvalTrace):
+        enclosing.add(id(trace))
+        if not hasattr(trace, "parent_trace"):
+            complete = False
+            break
+        trace = trace.parent_trace
+    for value in values:
+        if isinstance(value, Tracer) and (
+            not value._trace.is_valid() or (complete and id(value._trace) not in enclosing)
+        ):
+            raise core.escaped_tracer_error(value)
 
 
 def jaxpr_as_fun(closed):

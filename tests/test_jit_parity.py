@@ -545,3 +545,123 @@ def test_a_callable_that_cannot_be_weakly_referenced_raises_as_with_jax_jit():
             fun(jnp.ones(3))
         errors.append(str(err.value))
     assert errors[0] == errors[1] == "cannot create weak reference to 'method-wrapper' object"
+
+
+def _cube(x):
+    return x**3
+
+
+def _pytree_loss(p):
+    return jnp.sum(jnp.tanh(p["w"] @ p["b"]) ** 2) + jnp.sum(p["b"] ** 3)
+
+
+def _loss_after_an_adamw_step(p):
+    tx = optax.adamw(1e-2, weight_decay=1e-2)
+    updates, _ = tx.update(jax.grad(_pytree_loss)(p), tx.init(p), p)
+    return _pytree_loss(optax.apply_updates(p, updates))
+
+
+_PYTREE = {"w": rand((3, 4)), "b": rand((4,), 1)}
+
+
+@pytest.mark.parametrize(
+    "transform, fun, x",
+    [
+        (jax.grad, _cube, 4.0),
+        (jax.hessian, _cube, 4.0),
+        (jax.grad, _pytree_loss, _PYTREE),
+        (jax.grad, _loss_after_an_adamw_step, _PYTREE),
+    ],
+    ids=["grad", "hessian", "pytree-loss", "optax-step-inside"],
+)
+def test_an_outer_jit_over_a_transformed_inner_jit(transform, fun, x):
+    """jit(transform(jit(f))): the transformation's function carries the inner jitted one's
+    attributes (functools-style wrapping); the outer jit must still compile the transformation,
+    not f (it gave f's value: 64 for the grad of x**3 at 4, where 48 is right)."""
+    plain, fused = (make(transform(make(fun))) for make in (jax.jit, jgsess.jit))
+    assert_trees_close(fused(x), plain(x), rtol=1e-5, atol=1e-6)
+    assert_trees_close(fused(x), transform(fun)(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_function_wrapping_a_jitted_one_is_not_jitted():
+    f = jgsess.jit(_cube)
+    assert isinstance(f, jgsess.Jitted)
+    assert not isinstance(jax.grad(f), jgsess.Jitted)
+    assert not isinstance(jax.jit(_cube), jgsess.Jitted)
+
+
+def test_disable_jit_runs_the_function_op_by_op_on_every_call():
+    for make in (jax.jit, jgsess.jit):
+        effects = []
+
+        def g(x, effects=effects):
+            effects.append(type(x))
+            return x * 2
+
+        f = make(g)
+        with jax.disable_jit():
+            assert f(2) == 4
+            assert f(2) == 4
+        assert effects == [int, int], make
+        f(2)
+        f(2)
+        assert len(effects) == 3, make
+
+
+def _leaked_in_a_jitted_function(make):
+    """A tracer leaked through a nonlocal by a function `make` compiles, as JAX's own test
+    (test_escaped_tracer_omnistaging) does it."""
+    count = [1]
+
+    def leak():
+        count[0] = jnp.add(count[0], 1)
+
+    make(leak)()
+    return count
+
+
+def _leaked_in_remat(make):
+    """An intermediate of a remat body kept in a list and used by a second remat (JAX's
+    test_escaped_tracer_remat); returns the function that leaks, to compile."""
+
+    def f():
+        seq = [jnp.zeros([])]
+
+        def g():
+            seq[0] += 1
+            return seq[0]
+
+        jax.checkpoint(g)()
+        jax.checkpoint(lambda: g())()
+
+    return f
+
+
+def test_escaped_tracers_are_rejected_even_when_their_result_is_unused():
+    """jax.jit raises for a program that closes over an escaped tracer, used or not; the
+    pipeline removes the unused use, so jgsess checks the closed-over tracers itself."""
+    for make in (jax.jit, jgsess.jit):
+        count = _leaked_in_a_jitted_function(make)
+
+        def scan_body(c, _, count=count):
+            jnp.add(count[0], 1)  # unused
+            return c, None
+
+        with pytest.raises(jax.errors.UnexpectedTracerError):
+            make(lambda: jax.lax.scan(scan_body, 0.0, None, length=2))()
+        with pytest.raises(jax.errors.UnexpectedTracerError):
+            make(_leaked_in_remat(make))()
+
+
+def test_tracers_of_enclosing_transformations_are_not_escaped():
+    """The check above lets through the tracers a jitted function closes over from the grad,
+    vmap and jit around it."""
+
+    def outer(x):
+        return jgsess.jit(lambda y: jnp.sum(y * x))(jnp.ones(3))
+
+    x = rand((3,))
+    assert_trees_close(jax.grad(outer)(x), jnp.ones(3))
+    assert_trees_close(jax.jit(jax.grad(outer))(x), jnp.ones(3))
+    assert_trees_close(jgsess.jit(jax.grad(outer))(x), jnp.ones(3))
+    assert_trees_close(jax.vmap(outer)(jnp.stack([x, 2 * x])), jnp.stack([1, 2]) * jnp.sum(x))
