@@ -2,7 +2,8 @@
 # `make bench` also build the test-only extension tests/native/_testing: the SIMT emulator of
 # the CUDA kernels, host test hooks, bandwidth probes); `make lint` checks the Python (ruff)
 # and C++/CUDA (clang-format) style and the types (mypy, `make typecheck`); `make
-# test-oldest-jax` runs the type check and the tests on the oldest jax jgsess supports.
+# test-oldest-jax` runs the type check and the tests on the oldest jax jgsess supports; `make
+# test-peer` runs JAX's own jit tests with jax.jit swapped for jgsess.jit (tests/peer).
 # .ci/run is all of them.
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,7 +24,7 @@ TESTING_STAMP := $(VENV)/.jgsess-testing-built
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f)
 CSRC := $(shell find csrc -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh')
 
-.PHONY: demo test build bench lint typecheck test-oldest-jax clean
+.PHONY: demo test test-peer build bench lint typecheck test-oldest-jax clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,19 @@ demo: $(STAMP)
 
 test: $(STAMP) $(TESTING_STAMP)
 	$(PY) -m pytest -q $(TESTS) $(PYTEST_ARGS)
+
+# JAX's jit tests (api_test.py, jax_jit_test.py of jax $(PEER_JAX)), read in place from PEER, run
+# with every jax.jit they write swapped for jgsess.jit (PEER_JIT=jax: the baseline, nothing
+# swapped). They test that jax release: skipped, saying why, where PEER or that jax is missing.
+PEER ?= ../shared/peer/jax-$(PEER_JAX)/tests
+PEER_JAX := 0.10.2
+PEER_JIT ?= jgsess
+test-peer: $(STAMP)
+	@if [ ! -d "$(PEER)" ]; then echo "test-peer: skipped, no JAX tests at $(PEER)"; \
+	elif [ "$$($(PY) -c 'import jax; print(jax.__version__)')" != "$(PEER_JAX)" ]; then \
+	  echo "test-peer: skipped, JAX's tests at $(PEER) are jax $(PEER_JAX)'s, .venv has another"; \
+	else $(PY) -m pytest -q -p no:cacheprovider -p tests.peer.swap --jit=$(PEER_JIT) -c /dev/null \
+	  --rootdir "$(abspath $(PEER))/.." "$(PEER)/api_test.py" "$(PEER)/jax_jit_test.py"; fi
 
 bench: $(STAMP) $(TESTING_STAMP)
 	$(PY) benchmarks/optimizer_step.py
