@@ -242,6 +242,7 @@ class _Body:
                     plan=self._plan,
                     traced=traced,
                     compiler_options=self._compiler_options,
+                    outermost=_compat.traced_at_top_level(),
                 )
             emitting = time.perf_counter()
             outs = program(args)

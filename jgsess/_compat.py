@@ -7,8 +7,9 @@ of their params (nested `jit`, custom derivatives), the params that change betwe
 (tests/test_vocabulary.py). The modules used are public (`jax.extend.core`, `jax.ffi`,
 `jax.interpreters.{ad,batching,mlir}`) but for four private names jax offers no public form of,
 each with its reason below: the registry of primitives that need devices at lowering time,
-the tracers a `Traced` closed over, whether a tracer's trace has ended, and the registry of
-files hidden from tracebacks.
+the tracers a `Traced` closed over, the traces enclosing the current one (whether a tracer's
+trace has ended, whether a program is traced inside another), and the registry of files hidden
+from tracebacks.
 """
 
 from __future__ import annotations
@@ -134,6 +135,16 @@ def reject_escaped_tracers(values) -> None:
             not value._trace.is_valid() or (complete and id(value._trace) not in enclosing)
         ):
             raise core.escaped_tracer_error(value)
+
+
+def traced_at_top_level() -> bool:
+    """Whether the trace being built (a jax.jit body's) is the outermost one: evaluated as
+    it is, on the caller's arrays, rather than inside another program's trace or a
+    transformation (grad, vmap)."""
+    from jax._src import core
+
+    parent = getattr(core.trace_ctx.trace, "parent_trace", None)
+    return parent is None or isinstance(parent, core.EvalTrace)
 
 
 def jaxpr_as_fun(closed):

@@ -4,7 +4,8 @@ JGSESS_DUMP=dir        write the graph after each pass (text, .dot), the executi
                        and the memory plan (JSON, PNG) under dir/<function>-<n>/
 JGSESS_DISABLE=a,b     turn off the passes named a and b
 JGSESS_KERNELS=off     every fused node runs its pure-JAX reference; =off:adamw,momentum turns
-                       off just those kernels
+                       off just those kernels; =on (=on:adamw,...) takes the kernels wherever
+                       they run, neither measured nor weighed by a cost model
 JGSESS_NUMERICS=exact  the adamw kernel divides (IEEE division, as numpy does) where the
                        default multiplies by per-call reciprocals, as XLA's CPU code does
 JGSESS_PREFER=memory   also take kernels that save memory at a small cost in speed (ReLU
@@ -34,13 +35,25 @@ def disabled_passes() -> set[str]:
     return {p.strip() for p in os.environ.get("JGSESS_DISABLE", "").split(",") if p.strip()}
 
 
+def _kernels(setting: str, name: str) -> bool:
+    """Whether JGSESS_KERNELS says `setting` (off, on) for the kernel `name`."""
+    value = os.environ.get("JGSESS_KERNELS", "").strip().lower()
+    if setting == "off" and value in ("0", "false", "none"):
+        return True
+    if value == setting:
+        return True
+    return value.startswith(setting + ":") and name in {
+        k.strip() for k in value.split(":")[1].split(",")
+    }
+
+
 def kernel_enabled(name: str) -> bool:
-    setting = os.environ.get("JGSESS_KERNELS", "").strip().lower()
-    if setting in ("off", "0", "false", "none"):
-        return False
-    if setting.startswith("off:"):
-        return name not in {k.strip() for k in setting[4:].split(",")}
-    return True
+    return not _kernels("off", name)
+
+
+def kernel_forced(name: str) -> bool:
+    """JGSESS_KERNELS=on (or on:name,...) takes the kernel without measuring it."""
+    return _kernels("on", name)
 
 
 def exact_numerics() -> bool:

@@ -158,20 +158,24 @@ def _time(fn, args) -> float:
     return time.perf_counter() - start
 
 
-def _node_sides(node, platform: str):
-    """(kernel function, XLA function, operands): the node's kernel and its reference."""
+def _node_sides(node, platform: str, then=None):
+    """(kernel function, XLA function, operands): the node's kernel and its reference, each
+    followed by `then(operands, results) -> results` where given (the enclosing program's
+    next step, KernelSpec.followed_by)."""
     spec = node.op
     static = spec.static(node.params)
+    if then is None:
+        then = lambda ops, results: results  # noqa: E731
     rng = np.random.default_rng(0)
     avals = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in node.inputs]
     size = spec.workspace(static, avals) if spec.workspace is not None else 0
     params = {**static, "impl": "kernel", "aliases": (), "workspace": (0, size) if size else None}
 
     def kernel(arena, *ops):
-        return spec.apply(ops, params, arena)[0]
+        return then(ops, spec.apply(ops, params, arena)[0])
 
     def xla(arena, *ops):
-        return spec.run_reference(ops, static)
+        return then(ops, spec.run_reference(ops, static))
 
     operands = [np.zeros((size,), np.uint8), *(random_operand(a, rng) for a in avals)]
     return kernel, xla, operands
@@ -252,11 +256,25 @@ def decide(
     return wins, f"{found}; cost model: {why}"
 
 
-def choose(node, platform: str, record, budget: float) -> tuple[bool, str]:
-    """`decide` for a fused node whose spec has a cost model (`prefer_kernel`)."""
-    sides = functools.partial(_node_sides, node, platform)
-    cost_model = functools.partial(node.op.prefer_kernel, node, platform)
-    return decide(node.op.name, key_of(node, platform), sides, platform, record, budget, cost_model)
+def choose(node, platform: str, record, budget: float, nested: bool = False) -> tuple[bool, str]:
+    """`decide` for a fused node whose spec has a cost model (`prefer_kernel`), or, in a
+    program traced inside another (`nested`), whose results the enclosing program reads next
+    in a known way (KernelSpec.followed_by): both sides are then measured with that step, and
+    the cost model is XLA's fusion of the two."""
+    spec = node.op
+    static = spec.static(node.params)
+    then = spec.followed_by(static) if nested else None
+    sides = functools.partial(_node_sides, node, platform, then)
+    key = key_of(node, platform)
+    if then is not None:
+        key += "|followed by the enclosing program's step"
+
+        def cost_model():
+            return False, "XLA fuses the reference with the enclosing program's next step"
+
+    else:
+        cost_model = functools.partial(spec.prefer_kernel, node, platform)
+    return decide(spec.name, key, sides, platform, record, budget, cost_model)
 
 
 def _main(argv: list[str]) -> int:

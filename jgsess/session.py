@@ -46,6 +46,7 @@ def compile_jaxpr(
     plan: bool = False,
     traced: float | None = 0.0,
     compiler_options: tuple = (),
+    outermost: bool = True,
 ):
     """Optimize `closed`; returns (program, Session), where `program(args)` binds the optimized
     program into the current trace (`emit.evaluate`). Raises on pipeline failure.
@@ -55,12 +56,15 @@ def compile_jaxpr(
     asks too); `traced` is how long the function took to trace (kernel measurements get a
     share of it; None: measure none, decide by the cached measurements alone);
     `compiler_options` are jax.jit's as sorted (name, value) pairs, for what the passes ask
-    XLA (see passes/widen_narrow_products.py).
+    XLA (see passes/widen_narrow_products.py). `outermost`: whether the program runs as it is,
+    its inputs the caller's arrays (not traced inside another program's trace or
+    transformation; see memory/inplace.py).
     """
     start = time.perf_counter()
     platform = platform or platforms.program_platform()
     graph = from_jaxpr(closed)
     graph.donated = list(donated)
+    graph.outermost = outermost
     dump = _config.dump_dir()
     ctx = Context(
         platform=platform,
@@ -69,6 +73,7 @@ def compile_jaxpr(
         plan=plan or bool(dump),
         autotune_budget=0.0 if traced is None else autotune.budget(traced),
         compiler_options=compiler_options,
+        nested=not outermost,
     )
     records = run_pipeline(graph, default_pipeline(), ctx)
     session = Session(

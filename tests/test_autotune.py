@@ -12,6 +12,7 @@ import pytest
 
 import jgsess
 from jgsess import autotune
+from jgsess.kernels import adamw
 from tests.helpers import assert_trees_close
 from tests.optax_steps import update_step
 from tests.passes.test_fuse_batch_norm_relu import Block, X, linen_step
@@ -185,3 +186,43 @@ def test_the_optimizer_kernels_are_not_measured(tuning):
     narrow = [t.astype(jnp.bfloat16) for t in tree]  # bf16 parameters too
     report = jgsess.jit(update_step(opt)).report(narrow, opt.init(narrow), narrow)
     assert report.selection == [] and [k.impl for k in report.kernels] == ["kernel"]
+
+
+@pytest.mark.parametrize(("kernel_s", "xla_s"), [(1.0, 2.0), (2.0, 1.0)], ids=["kernel", "xla"])
+def test_an_update_read_by_the_enclosing_step_is_measured_with_it(
+    tuning, monkeypatch, kernel_s, xla_s
+):
+    """jgsess.optim's update inside the user's jax.jit step: the step applies the update next
+    (`apply_updates`), which XLA fuses with its own update. Both measured sides include it:
+    their first results are the new parameters, p + update, not the update."""
+    measured = []
+
+    def measure(kernel, xla, operands, platform):
+        measured.append((kernel, xla, operands))
+        return kernel_s, xla_s
+
+    monkeypatch.setattr(autotune, "measure", measure)
+    spied, sides = [], autotune._node_sides
+
+    def node_sides(node, platform, then=None):
+        spied.append((node, then))
+        return sides(node, platform, then)
+
+    monkeypatch.setattr(autotune, "_node_sides", node_sides)
+    tx = jgsess.optim.adamw(1e-3, weight_decay=1e-2)
+    params = [jnp.full((300,), 0.5 + i, jnp.float32) for i in range(3)]
+    grads = [jnp.full((300,), 0.1 * (i + 1), jnp.float32) for i in range(3)]
+    step = jax.jit(update_step(tx))
+    text = step.lower(params, tx.init(params), grads).as_text()
+    assert ("jgsess_adamw" in text) == (kernel_s < xla_s)
+    (key,) = json.loads(tuning.read_text())
+    assert key.endswith("followed by the enclosing program's step")
+    ((kernel, xla, operands),) = measured
+    ((node, then),) = spied
+    assert then is not None
+    *_, p = operands[: 1 + adamw.SPEC.tensors.shared + 1]  # the arena, hyper-parameters, p
+    update = node.op.run_reference(operands[1:], node.params)[0]
+    for side in (kernel, xla):
+        first = jax.jit(side)(*operands)[0]
+        np.testing.assert_allclose(first, (p + update).astype(p.dtype), rtol=1e-5, atol=1e-6)
+    step(params, tx.init(params), grads)  # runs, the choice taken

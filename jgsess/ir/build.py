@@ -83,10 +83,16 @@ def _all_outputs_computed(closed) -> bool:
 
 def _subgraphs(param):
     if isinstance(param, tuple):
-        return tuple(from_jaxpr(closed) for closed in param)
+        return tuple(_subgraph(closed) for closed in param)
     if isinstance(param, _compat.Jaxpr):
-        return from_jaxpr(_compat.ClosedJaxpr(param, []))
-    return from_jaxpr(param)
+        return _subgraph(_compat.ClosedJaxpr(param, []))
+    return _subgraph(param)
+
+
+def _subgraph(closed) -> Graph:
+    graph = from_jaxpr(closed)
+    graph.outermost = False
+    return graph
 
 
 def _inline(graph: Graph, closed, inputs: list[Value], region: Region | None) -> list[Value]:

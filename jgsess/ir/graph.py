@@ -155,6 +155,11 @@ class Graph:
         self._anchors: dict[Node, Node] = {}
         self._dirty = False  # edited since the last settle
         self.donated: list[bool] = [False] * len(self.inputs)
+        # whether the inputs are the caller's arrays, kept unless donated (the outermost
+        # program); else they are values of an enclosing program (a sub-graph's, a program
+        # traced inside another's trace), which XLA copies before a kernel writes over one
+        # only where the enclosing program reads it later
+        self.outermost = True
         # bytes of the workspace arena its kernels share (set by the memory planner)
         self.arena_bytes = 0
         # The ClosedJaxpr this graph was built from; emission reuses it while `changed` is False.

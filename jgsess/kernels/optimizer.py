@@ -3,8 +3,9 @@
 Operands: the hyper-parameters (rank-0 f32, shared by every tensor of a call), then per tensor
 the parameter, the gradient and the optimizer state. Results per tensor: the new parameter (or
 optax's update, under the kernel's UPDATE flag) and the new state, each over its operand's
-buffer. Under jax.vmap the hyper-parameters may hold one value per member of the batch (shape
-(members,)); every tensor then leads with the member axis and each part gets its member's.
+buffer (an update, in a buffer of its own). Under jax.vmap the hyper-parameters may hold one
+value per member of the batch (shape (members,)); every tensor then leads with the member axis
+and each part gets its member's.
 Each of the parameter, the gradient and the state buffers may be bf16/f16: the kernels widen
 them exactly, compute in f32, and round the results to their operands' dtypes. Under a kernel's
 narrow flag the update is written in bf16/f16 instead (every buffer of a tensor in that dtype,
@@ -46,11 +47,17 @@ def update_kernel(
     sources = (0, *state)  # the operand each result is computed over
 
     def inplace(static, num_operands: int) -> dict[int, int]:
+        # an update gets a buffer of its own: `apply_updates` reads its parameter after the
+        # call, and its gradient is often an argument of the step or a loop's constant; over
+        # either, XLA copies the operand first (measured: a scan of 4 ResNet-50 AdamW steps
+        # in jax.jit, 143 ms with the update in its own buffer, 175 ms over the gradient)
+        over = (*state,) if static.get("flags", 0) & update_flag else (0, *state)
+        first = len(sources) - len(over)
         tensors = (num_operands - base) // per_tensor
         return {
-            base + per_tensor * t + operand: len(sources) * t + k
+            base + per_tensor * t + operand: len(sources) * t + first + k
             for t in range(tensors)
-            for k, operand in enumerate(sources)
+            for k, operand in enumerate(over)
         }
 
     def result_avals(avals, static) -> list:
@@ -83,6 +90,19 @@ def update_kernel(
         rounded = flags & (narrow_flag | mixed_flag)
         return exact_flag if _config.exact_numerics() and not rounded else 0
 
+    def followed_by(static):
+        if not static["flags"] & update_flag:
+            return None
+
+        def apply_updates(operands, results):  # optax.apply_updates on each tensor
+            out = list(results)
+            for t, i in enumerate(range(base, len(operands), per_tensor)):
+                p, k = operands[i], len(sources) * t
+                out[k] = (p + out[k]).astype(p.dtype)
+            return out
+
+        return apply_updates
+
     tensors = TensorLists(base, per_tensor, len(sources))
     return KernelSpec(
         name=name,
@@ -94,6 +114,7 @@ def update_kernel(
         narrowable=narrowable,
         result_avals=result_avals,
         prefer_kernel=prefer_kernel,
+        followed_by=followed_by,
         factors=functools.partial(_factors, multi_tensor(tensors), base),
         doc=doc,
     )

@@ -70,6 +70,12 @@ class KernelSpec:
         evaluation (the default traces the reference, slow for calls with many tensors).
       prefer_kernel: `(node, platform) -> (bool, reason)`, the cost model; the default always
         takes the kernel where one is compiled.
+      followed_by: `static -> None or ((operands, results) -> results)`: what the program
+        that encloses the kernel's own does next with its results, where that is known and
+        the kernel's program is traced inside another (an optimizer's update, which the
+        enclosing step applies: `apply_updates`). There XLA fuses the reference with it, and
+        the kernel's results are read again: the kernel is measured with it on both sides,
+        and without a measurement XLA's code is taken.
       factors: `(static, operand avals) -> partition.Factors`, how the operands' and results'
         dimensions line up: the sharding rule under which XLA partitions the kernel (None for
         shapes it has no rule for: XLA then partitions the reference).
@@ -92,6 +98,7 @@ class KernelSpec:
     result_avals: Callable | None = None
     workspace: Callable | None = None
     prefer_kernel: Callable | None = None
+    followed_by: Callable[[dict], Callable | None] = field(default=lambda static: None)
     factors: Callable | None = None
     alike: tuple[int, ...] = ()
     per_shard: Callable | None = None

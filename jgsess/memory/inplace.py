@@ -4,11 +4,16 @@ A kernel declares the pairs it can compute in place (KernelSpec.inplace). A pair
 the operand's buffer is free to be overwritten at that point:
 
   - it is not a constant and not a graph output (those buffers must survive the call);
-  - it is a donated graph input, or an intermediate value;
+  - it is an intermediate value, a donated input of the outermost program, or an input of a
+    sub-graph or of a program traced inside another one (an enclosing value: XLA's copy
+    insertion copies it first where the enclosing program reads it later, a not-donated
+    parameter of the outermost program included);
   - the kernel is its last reader (a later reader would force XLA to copy it first);
   - operand and result have the same shape and dtype, and no other result took it already.
 
 Then XLA writes the result over the operand (`input_output_aliases`), with no second copy.
+An outermost program's not-donated inputs are not taken: XLA would copy each one first (read
+and write it once more) where a fresh result costs nothing extra.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ def choose_aliases(graph: Graph, node: Node, order: dict[Node, int]) -> AliasDec
             continue
         if reads[value] > 1 or any(order[u] > order[node] for u in value.users):
             continue
-        if value in inputs and not graph.donated[inputs[value]]:
+        if value in inputs and graph.outermost and not graph.donated[inputs[value]]:
             undonated.append(inputs[value])
             continue
         taken.add(value)

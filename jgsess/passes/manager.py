@@ -81,6 +81,9 @@ class Context:
     # jax.jit's compiler_options as sorted (name, value) pairs, for what a pass asks XLA itself
     # (passes/widen_narrow_products.py)
     compiler_options: tuple = ()
+    # the program is traced inside another one's trace: code jgsess does not see reads its
+    # results (an optimizer's update, read by the user's `apply_updates`)
+    nested: bool = False
     record: CompileRecord = field(default_factory=CompileRecord)
 
 

@@ -6,16 +6,19 @@
 XLA's code (the node's pure-JAX reference, traced inline so XLA fuses it with its neighbours) is
 chosen when the platform has no compiled kernel, when `JGSESS_KERNELS` turns the kernel off, or
 when XLA measured faster for the node's shapes (`jgsess.autotune`, for specs with a cost model;
-the cost model itself where measuring is off). How many devices the process sees does not
-matter: a program partitioned over several devices runs each kernel per shard (its spec's
-sharding rule, kernels/partition.py).
+the cost model itself where measuring is off). In a program traced inside another
+(jgsess.optim's update in the user's jax.jit step), a kernel whose results the enclosing program
+reads next in a known way (the update, by `apply_updates`) is measured with that step on both
+sides: XLA fuses it with the reference, and the kernel's results are read again. How many
+devices the process sees does not matter: a program partitioned over several devices runs each
+kernel per shard (its spec's sharding rule, kernels/partition.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import _compat, autotune
+from .. import _compat, _config, autotune
 from ..ir.graph import Graph, Node
 from .manager import Context, Pass
 
@@ -34,9 +37,14 @@ def choose(node: Node, ctx: Context) -> tuple[str, str]:
     ok, reason = spec.available(platform)
     if not ok:
         return "xla", reason
-    if spec.prefer_kernel is None:
+    if _config.kernel_forced(spec.name):
+        return "kernel", "JGSESS_KERNELS=on"
+    followed = ctx.nested and spec.followed_by(spec.static(node.params)) is not None
+    if spec.prefer_kernel is None and not followed:
         return "kernel", f"compiled {platform} kernel"
-    wins, reason = autotune.choose(node, platform, ctx.record, ctx.autotune_budget)
+    wins, reason = autotune.choose(
+        node, platform, ctx.record, ctx.autotune_budget, nested=ctx.nested
+    )
     return ("kernel" if wins else "xla"), reason
 
 

@@ -164,6 +164,9 @@ def test_every_element_is_written_in_place():
 
 def test_inplace_pairs():
     assert adamw.SPEC.inplace({}, 13 + 8) == {13: 0, 15: 1, 16: 2, 17: 3, 19: 4, 20: 5}
+    # the update (result 0 of each tensor) gets a buffer of its own
+    update = {"flags": adamw.Flag.UPDATE}
+    assert adamw.SPEC.inplace(update, 13 + 8) == {15: 1, 16: 2, 19: 4, 20: 5}
 
 
 def test_lowers_to_the_ffi_target_with_aliases():
