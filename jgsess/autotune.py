@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from . import platforms
@@ -159,64 +160,78 @@ def _time(fn, args) -> float:
 
 
 def _node_sides(node, platform: str, then=None):
-    """(kernel function, XLA function, operands): the node's kernel and its reference, each
-    followed by `then(operands, results) -> results` where given (the enclosing program's
-    next step, KernelSpec.followed_by)."""
+    """(kernel function, XLA function, operands, donated operand positions): the node's
+    kernel and its reference. Where `then` (KernelSpec.Followed: the enclosing program's next
+    step) is given, each side is followed by it and runs in place as in that program: the
+    operands it writes over are donated, and the kernel writes its in-place results over
+    theirs."""
     spec = node.op
     static = spec.static(node.params)
-    if then is None:
-        then = lambda ops, results: results  # noqa: E731
     rng = np.random.default_rng(0)
     avals = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in node.inputs]
     size = spec.workspace(static, avals) if spec.workspace is not None else 0
-    params = {**static, "impl": "kernel", "aliases": (), "workspace": (0, size) if size else None}
+    aliases: tuple = ()
+    donated: tuple = ()
+    if then is not None:
+        aliases = tuple(sorted(spec.inplace(static, len(avals)).items()))
+        donated = tuple(1 + i for i in then.writes(len(avals)))  # after the arena
+    workspace = (0, size) if size else None
+    params = {**static, "impl": "kernel", "aliases": aliases, "workspace": workspace}
+    apply = then.apply if then is not None else (lambda ops, results: results)
 
     def kernel(arena, *ops):
-        return then(ops, spec.apply(ops, params, arena)[0])
+        return apply(ops, spec.apply(ops, params, arena)[0])
 
     def xla(arena, *ops):
-        return then(ops, spec.run_reference(ops, static))
+        return apply(ops, spec.run_reference(ops, static))
 
     operands = [np.zeros((size,), np.uint8), *(random_operand(a, rng) for a in avals)]
-    return kernel, xla, operands
+    return kernel, xla, operands, donated
 
 
-def compile_alone(fns, operands, platform: str, compiler_options: tuple = ()):
+def compile_alone(fns, operands, platform: str, compiler_options: tuple = (), donate=()):
     """([each of `fns` compiled for the types of `operands`, arrays or trees of them], the
     device): top-level programs for `platform`'s first device, which the pipeline (running
     inside the user's jax.jit trace) calls under `jax.ensure_compile_time_eval`. Traced at top
     level, not under it: there a function's constant computations (zeros, broadcasts) would
     run eagerly, each compiled on its own. `compiler_options`: jax.jit's, as (name, value)
-    pairs."""
+    pairs; `donate`: the positions of the operands donated to each."""
     device = jax.devices(platform)[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
     structs = jax.tree.map(
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), list(operands)
     )
     options = dict(compiler_options) or None
-    return [jax.jit(f).lower(*structs).compile(options) for f in fns], device
+    compiled = [jax.jit(f, donate_argnums=tuple(donate)).lower(*structs) for f in fns]
+    return [lowered.compile(options) for lowered in compiled], device
 
 
-def measure(kernel, xla, operands, platform: str) -> tuple[float, float]:
+def measure(kernel, xla, operands, platform: str, donate=()) -> tuple[float, float]:
     """(kernel seconds, XLA seconds): medians of interleaved runs of the two functions, each
-    compiled alone for `platform`'s first device."""
-    sides, device = compile_alone((kernel, xla), operands, platform)
+    compiled alone for `platform`'s first device. The operands at positions `donate` are
+    donated: each run gets fresh copies of them (made untimed), which it updates in place."""
+    sides, device = compile_alone((kernel, xla), operands, platform, donate=donate)
     with jax.ensure_compile_time_eval():  # the pipeline runs inside the user's jax.jit trace
         args = jax.device_put(list(operands), device)
-        first = max(_time(fn, args) for fn in sides)  # also warms up
+
+        def run(fn) -> float:
+            fresh = [jnp.copy(a) if i in donate else a for i, a in enumerate(args)]
+            return _time(fn, jax.block_until_ready(fresh))
+
+        first = max(run(fn) for fn in sides)  # also warms up
         # enough rounds for ~50 ms per side (short calls are noisy), 5 to 51
         reps = int(min(_MAX_REPS, max(_MIN_REPS, 0.05 // max(first, 1e-6))))
         times: list[list[float]] = [[], []]
         for _ in range(reps):
             for i, fn in enumerate(sides):
-                times[i].append(_time(fn, args))
+                times[i].append(run(fn))
     return statistics.median(times[0]), statistics.median(times[1])
 
 
 def _measured(kernel: str, key: str, sides, platform: str, log: list, budget: float):
     """The cached decision under `key`, else one measured now with `sides()` (-> kernel
-    function, XLA function, operands), appended to `log`; else why there is none (with
-    whether a later compilation will measure it)."""
+    function, XLA function, operands[, the positions of those donated]), appended to `log`;
+    else why there is none (with whether a later compilation will measure it)."""
     setting = mode()
     if setting == "off":
         return "not measured (JGSESS_AUTOTUNE=0)", False
@@ -231,8 +246,8 @@ def _measured(kernel: str, key: str, sides, platform: str, log: list, budget: fl
         return "not measured yet (this compilation's measuring budget was spent)", True
     else:
         start = time.perf_counter()
-        kernel_fn, xla_fn, operands = sides()
-        kernel_s, xla_s = measure(kernel_fn, xla_fn, operands, platform)
+        kernel_fn, xla_fn, operands, *donate = sides()
+        kernel_s, xla_s = measure(kernel_fn, xla_fn, operands, platform, *donate)
         found = Measurement(kernel, key, kernel_s, xla_s, False, time.perf_counter() - start)
         _store(key, {"kernel_s": kernel_s, "xla_s": xla_s})
     log.append(found)

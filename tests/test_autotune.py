@@ -30,7 +30,7 @@ def tuning(monkeypatch, tmp_path):
 
 
 def fake_times(monkeypatch, kernel_s, xla_s, calls):
-    def measure(kernel, xla, operands, platform):
+    def measure(kernel, xla, operands, platform, donate=()):
         calls.append((kernel, xla))
         return kernel_s, xla_s
 
@@ -197,8 +197,8 @@ def test_an_update_read_by_the_enclosing_step_is_measured_with_it(
     their first results are the new parameters, p + update, not the update."""
     measured = []
 
-    def measure(kernel, xla, operands, platform):
-        measured.append((kernel, xla, operands))
+    def measure(kernel, xla, operands, platform, donate=()):
+        measured.append((kernel, xla, operands, donate))
         return kernel_s, xla_s
 
     monkeypatch.setattr(autotune, "measure", measure)
@@ -217,7 +217,8 @@ def test_an_update_read_by_the_enclosing_step_is_measured_with_it(
     assert ("jgsess_adamw" in text) == (kernel_s < xla_s)
     (key,) = json.loads(tuning.read_text())
     assert key.endswith("followed by the enclosing program's step")
-    ((kernel, xla, operands),) = measured
+    ((kernel, xla, operands, donate),) = measured
+    assert len(donate) == 3 * len(params)  # p, mu and nu: the step writes them in place
     ((node, then),) = spied
     assert then is not None
     *_, p = operands[: 1 + adamw.SPEC.tensors.shared + 1]  # the arena, hyper-parameters, p

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import _compat, _config
 from .partition import Factors, dims, multi_tensor
-from .spec import KernelSpec, TensorLists
+from .spec import Followed, KernelSpec, TensorLists
 
 
 def update_kernel(
@@ -90,7 +90,7 @@ def update_kernel(
         rounded = flags & (narrow_flag | mixed_flag)
         return exact_flag if _config.exact_numerics() and not rounded else 0
 
-    def followed_by(static):
+    def followed_by(static) -> Followed | None:
         if not static["flags"] & update_flag:
             return None
 
@@ -101,7 +101,10 @@ def update_kernel(
                 out[k] = (p + out[k]).astype(p.dtype)
             return out
 
-        return apply_updates
+        def writes(num_operands: int) -> tuple[int, ...]:  # p and the state, per tensor
+            return tuple(i + s for i in range(base, num_operands, per_tensor) for s in sources)
+
+        return Followed(apply_updates, writes)
 
     tensors = TensorLists(base, per_tensor, len(sources))
     return KernelSpec(

@@ -49,6 +49,16 @@ class TensorLists(NamedTuple):
     results: int
 
 
+class Followed(NamedTuple):
+    """What an enclosing program does next with a kernel's results (KernelSpec.followed_by):
+    `apply(operands, results) -> results`, and `writes(number of operands) -> positions` of
+    the operands it writes those results over (donated to it, as a training step's parameters
+    and optimizer state are)."""
+
+    apply: Callable
+    writes: Callable[[int], tuple[int, ...]]
+
+
 @dataclass(frozen=True, eq=False)
 class KernelSpec:
     """A fused operation with a compiled kernel and a pure-JAX reference.
@@ -70,11 +80,11 @@ class KernelSpec:
         evaluation (the default traces the reference, slow for calls with many tensors).
       prefer_kernel: `(node, platform) -> (bool, reason)`, the cost model; the default always
         takes the kernel where one is compiled.
-      followed_by: `static -> None or ((operands, results) -> results)`: what the program
-        that encloses the kernel's own does next with its results, where that is known and
-        the kernel's program is traced inside another (an optimizer's update, which the
-        enclosing step applies: `apply_updates`). There XLA fuses the reference with it, and
-        the kernel's results are read again: the kernel is measured with it on both sides,
+      followed_by: `static -> Followed or None`: what the program that encloses the kernel's
+        own does next with its results, where that is known and the kernel's program is
+        traced inside another (an optimizer's update, which the enclosing step applies:
+        `apply_updates`). There XLA fuses the reference with it, and the kernel's results are
+        read again: the kernel is measured with it on both sides, in place as in that step,
         and without a measurement XLA's code is taken.
       factors: `(static, operand avals) -> partition.Factors`, how the operands' and results'
         dimensions line up: the sharding rule under which XLA partitions the kernel (None for
@@ -98,7 +108,7 @@ class KernelSpec:
     result_avals: Callable | None = None
     workspace: Callable | None = None
     prefer_kernel: Callable | None = None
-    followed_by: Callable[[dict], Callable | None] = field(default=lambda static: None)
+    followed_by: Callable[[dict], Followed | None] = field(default=lambda static: None)
     factors: Callable | None = None
     alike: tuple[int, ...] = ()
     per_shard: Callable | None = None
