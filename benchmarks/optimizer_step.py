@@ -11,6 +11,13 @@ with params and state donated:
   jax.jit            optax's update + apply_updates, compiled by XLA
   jgsess.jit         the same unmodified function, compiled by jgsess.jit
   jgsess.optim       jgsess.optim's fused step (update and apply in the kernel)
+  jgsess.optim in your jax.jit
+                     the jax.jit step with optax's transformation swapped for jgsess.optim's:
+                     its update is a program nested in the step, whose apply_updates reads it
+  flax TrainState    `TrainState.apply_gradients` with jgsess.optim's transformation, in the
+                     user's jax.jit
+  ..., scan of 4     jax.jit, jgsess.jit and jgsess.optim in your jax.jit over a `lax.scan` of
+                     4 steps (the gradients a loop constant), timed per step
   optax.flatten      optax.flatten(optimizer) under jax.jit (one concatenated vector)
   torch fused        torch.optim.AdamW(fused=True) / torch.optim.SGD(momentum=0.9,
                      fused=True), when torch is installed (`pip install .[bench]`), where its
@@ -70,6 +77,8 @@ DTYPES = {
 }
 TRAFFIC = {"adamw": (4, 3), "momentum": (3, 2)}  # arrays read, arrays written back in place
 NOTHING = "nothing computed"
+IN_YOUR_JIT = "jgsess.optim in your jax.jit"
+SCAN = 4  # steps in the scanned variants' one program
 
 
 def optimizers(state_dtype):
@@ -150,6 +159,8 @@ def device_copy_gbps(n: int, runs: int) -> float:
 class JaxVariant:
     """A step `(params, state, grads) -> (params, state)` on its own copy of the state."""
 
+    steps_per_call = 1
+
     def __init__(self, fn, init, params, grads):
         self.fn, self.grads = fn, grads
         self.params = [jnp.copy(x) for x in params]
@@ -158,6 +169,38 @@ class JaxVariant:
     def step(self) -> None:
         self.params, self.state = self.fn(self.params, self.state, self.grads)
         jax.block_until_ready((self.params, self.state))
+
+
+class ScanVariant(JaxVariant):
+    """SCAN steps in one program (`lax.scan`, the gradients a loop constant), timed per step."""
+
+    steps_per_call = SCAN
+
+    @staticmethod
+    def of(step):
+        def steps(params, state, grads):
+            def body(carry, _):
+                return step(*carry, grads), None
+
+            return jax.lax.scan(body, (params, state), None, length=SCAN)[0]
+
+        return steps
+
+
+class TrainStateVariant:
+    """flax's TrainState: `state.apply_gradients(grads=...)` in the user's jax.jit, donated."""
+
+    def __init__(self, tx, params, grads):
+        from flax.training import train_state
+
+        params = [jnp.copy(x) for x in params]
+        self.state = train_state.TrainState.create(apply_fn=None, params=params, tx=tx)
+        self.fn = jax.jit(lambda state, g: state.apply_gradients(grads=g), donate_argnums=0)
+        self.grads = grads
+
+    def step(self) -> None:
+        self.state = self.fn(self.state, self.grads)
+        jax.block_until_ready(self.state)
 
 
 class KernelVariant(JaxVariant):
@@ -274,6 +317,12 @@ def make_variants(optimizer: str, dtype_name: str, params, grads) -> dict:
         return optax.apply_updates(params, updates), state
 
     fused_step = jgsess.optim.fused_step(make_fused())
+    fused = make_fused()
+
+    def fused_in_jit(params, state, grads):  # the user's step, optax swapped for jgsess.optim
+        updates, state = fused.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
     variants = {
         "jax.jit": lambda: JaxVariant(
             jax.jit(step, donate_argnums=(0, 1)), opt.init, params, grads
@@ -283,6 +332,19 @@ def make_variants(optimizer: str, dtype_name: str, params, grads) -> dict:
         ),
         "jgsess.optim": lambda: JaxVariant(
             lambda p, s, g: fused_step(p, g, s), make_fused().init, params, grads
+        ),
+        IN_YOUR_JIT: lambda: JaxVariant(
+            jax.jit(fused_in_jit, donate_argnums=(0, 1)), fused.init, params, grads
+        ),
+        "flax TrainState": lambda: TrainStateVariant(make_fused(), params, grads),
+        f"jax.jit, scan of {SCAN}": lambda: ScanVariant(
+            jax.jit(ScanVariant.of(step), donate_argnums=(0, 1)), opt.init, params, grads
+        ),
+        f"jgsess.jit, scan of {SCAN}": lambda: ScanVariant(
+            jgsess.jit(ScanVariant.of(step), donate_argnums=(0, 1)), opt.init, params, grads
+        ),
+        f"{IN_YOUR_JIT}, scan of {SCAN}": lambda: ScanVariant(
+            jax.jit(ScanVariant.of(fused_in_jit), donate_argnums=(0, 1)), fused.init, params, grads
         ),
         "optax.flatten": lambda: JaxVariant(
             jax.jit(flat_step, donate_argnums=(0, 1)), flat.init, params, grads
@@ -331,7 +393,8 @@ def run_set(
             start = time.perf_counter()
             for _ in range(steps):
                 variants[variant].step()
-            times[variant].append((time.perf_counter() - start) / steps)
+            calls = steps * getattr(variants[variant], "steps_per_call", 1)
+            times[variant].append((time.perf_counter() - start) / calls)
     medians = {v: statistics.median(t) for v, t in times.items()}
     log(
         f"  {name}/{optimizer}/{dtype_name}: "
@@ -399,7 +462,7 @@ def plot(results: list[dict], ceiling: dict, path: str) -> None:
     fig, axes = plt.subplots(
         len(panels), len(sets), figsize=(4.4 * len(sets), 3.8 * len(panels)), squeeze=False
     )
-    colors = ["#999999", "#3b7dd8", "#1b4f9c", "#c9a227", "#2e8b57", "#d2691e"]
+    colors = [plt.get_cmap("tab20")(i) for i in range(20)]
     for r in results:
         ax = axes[panels.index((r["optimizer"], r["dtype"]))][sets.index(r["set"])]
         variants = [v for v in r["ms"] if v != NOTHING]
@@ -420,7 +483,7 @@ def plot(results: list[dict], ceiling: dict, path: str) -> None:
             )
         ax.set_title(f"{r['set']} / {r['optimizer']} {r['dtype']}", fontsize=10)
         ax.set_ylabel("GB/s moved")
-        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+        ax.tick_params(axis="x", labelrotation=60, labelsize=6)
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(f"optimizer step on {jax.default_backend()} ({jax.devices()[0].device_kind})")
     fig.tight_layout()
