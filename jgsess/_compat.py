@@ -14,6 +14,8 @@ from tracebacks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.extend.core as jex
 import jax.numpy as jnp
@@ -30,6 +32,19 @@ Tracer = jax.core.Tracer
 ShapedArray = jax.core.ShapedArray
 # how batching rules mark an operand that is not batched (None in newer jax)
 NOT_MAPPED = getattr(batching, "not_mapped", None)
+
+
+def _shard_alike() -> Callable | None:
+    """jax's shard_alike (ties two arrays' shardings in propagation); None in jax 0.11+,
+    which removed it."""
+    try:
+        from jax.experimental.shard_alike import shard_alike as tie
+    except ImportError:
+        return None
+    return tie
+
+
+shard_alike = _shard_alike()
 
 
 def require_devices_when_lowering(primitive) -> None:

@@ -38,10 +38,11 @@ from jax.experimental.custom_partitioning import (
     SdyShardingRule,
     custom_partitioning,
 )
-from jax.experimental.shard_alike import shard_alike
 from jax.interpreters import mlir
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from .. import _compat
 
 Dim = str | tuple[str, ...]
 
@@ -310,15 +311,16 @@ def _tied(spec, xs: list, arena: bool) -> list:
     propagates back through one: a gradient split otherwise than its parameter was resharded
     at the call (two all-to-alls in a 2-D mesh MLP step). A vector's gradient is a sum over the
     batch: tied to a replicated parameter it was split and the update gathered again after the
-    call (three all-gathers), so vectors stay untied."""
-    if not spec.alike:
+    call (three all-gathers), so vectors stay untied. jax 0.11 has no shard_alike: there
+    nothing is tied, and sharding propagation alone places the gradients."""
+    if not spec.alike or _compat.shard_alike is None:
         return xs
     base, per_tensor, _ = spec.tensors
     for t in range(int(arena) + base, len(xs), per_tensor):
         for slot in spec.alike:
             lead, other = xs[t], xs[t + slot]
             if lead.ndim >= 2 and other.shape == lead.shape:
-                xs[t], xs[t + slot] = shard_alike(lead, other)
+                xs[t], xs[t + slot] = _compat.shard_alike(lead, other)
     return xs
 
 
