@@ -68,8 +68,10 @@ pybind11::dict CudaBuild() {
 #if defined(JGSESS_WITH_CUDA)
   for (int arch : {JGSESS_CUDA_SM}) sm.append(arch);
   build["ptx"] = JGSESS_CUDA_PTX;
+  build["runtime"] = CUDART_VERSION;  // the static CUDA runtime linked in: its driver floor
 #else
   build["ptx"] = 0;
+  build["runtime"] = 0;
 #endif
   build["sm"] = sm;
   return build;

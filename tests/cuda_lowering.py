@@ -39,13 +39,17 @@ def fake_device(runtime: str = "cuda 13000", capability: str = "9.0"):
     )
 
 
-def fake_gpu(monkeypatch, runtime: str = "cuda 13000", capability="9.0", driver=13000) -> None:
+def fake_gpu(
+    monkeypatch, runtime: str = "cuda 13000", capability="9.0", driver=13000, built=13000
+) -> None:
     """Programs traced from now on default to a faked GPU with `runtime`, of compute
-    `capability`, under a CUDA `driver`."""
+    `capability`, under a CUDA `driver`, jgsess's kernels linked with the CUDA runtime
+    `built`."""
     device = fake_device(runtime, capability)
     monkeypatch.setattr(platforms, "default_device", lambda: device)
     monkeypatch.setattr(_native, "cuda_driver_version", lambda: driver)
-    monkeypatch.setattr(_native, "cuda_build", lambda: {"sm": [80, 90], "ptx": 90})
+    build = {"sm": [80, 90], "ptx": 90, "runtime": built}
+    monkeypatch.setattr(_native, "cuda_build", lambda: build)
     built = _native.targets()
     with_cuda = {t: p | {"cuda"} for t, p in built.items() if t != spec.ASYNC_HINT_TARGET}
     monkeypatch.setattr(_native, "targets", lambda: {**built, **with_cuda})

@@ -96,14 +96,39 @@ def test_which_gpus_run_the_built_code(capability, sm, ptx, runs):
 
 
 @pytest.mark.parametrize(
-    "capability, driver, reason",
-    [("7.0", 13000, "this GPU is sm_70"), ("9.0", 12000, "driver 12.0 is older than 12.1")],
+    "capability, driver, built, reason",
+    [
+        ("7.0", 13000, 13000, "this GPU is sm_70"),
+        ("9.0", 12000, 12040, r"driver 12\.0 is older than 12\.1\)"),
+        # a CUDA 13 runtime linked in needs a 13.x driver (580+), whatever 12.x it finds
+        ("9.0", 12090, 13000, r"driver 12\.9 is older than 13\.0, which the CUDA 13\.0 runtime"),
+    ],
 )
-def test_a_gpu_the_kernels_cannot_run_on_keeps_xla_code(monkeypatch, capability, driver, reason):
+def test_a_gpu_the_kernels_cannot_run_on_keeps_xla_code(
+    monkeypatch, capability, driver, built, reason
+):
     make, _ = STEPS["adamw"]
-    cl.fake_gpu(monkeypatch, capability=capability, driver=driver)
+    cl.fake_gpu(monkeypatch, capability=capability, driver=driver, built=built)
     with pytest.warns(RuntimeWarning, match=reason):
         assert cl.kernel_calls(cl.lowered(*make(), "cuda")) == []
+
+
+@pytest.mark.parametrize(
+    "built, floor", [(0, 12010), (12040, 12010), (12090, 12010), (13000, 13000), (13020, 13000)]
+)
+def test_the_driver_floor_is_the_runtimes_major_and_never_below_12_1(built, floor):
+    assert _native.driver_floor({"sm": [90], "ptx": 90, "runtime": built}) == floor
+
+
+def test_a_driver_of_the_runtimes_major_runs_the_kernels(monkeypatch):
+    make, _ = STEPS["adamw"]
+    cl.fake_gpu(monkeypatch, driver=13000, built=13020)  # minor-version compatibility
+    assert cl.kernel_calls(cl.lowered(*make(), "cuda")) != []
+
+
+def test_the_build_reports_the_cuda_runtime_it_links():
+    build = _native.cuda_build()
+    assert (build["runtime"] >= 12000) == bool(build["sm"])
 
 
 def test_before_the_mapping_a_gpu_named_gpu_had_no_kernel(monkeypatch):

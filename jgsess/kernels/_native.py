@@ -61,6 +61,17 @@ def targets() -> dict[str, frozenset[str]]:
 MIN_CUDA_DRIVER = 12010
 
 
+def driver_floor(build: dict) -> int:
+    """The oldest CUDA driver (as cudaDriverGetVersion reports it: 13000 for 13.0) that runs
+    the kernels of `build` (cuda_build()): 12.1 for their arguments, and the major version of
+    the CUDA runtime the build links statically (a 13.x runtime needs a 13.x driver, 580+)."""
+    return max(MIN_CUDA_DRIVER, build.get("runtime", 0) // 1000 * 1000)
+
+
+def _version(v: int) -> str:
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
 def runnable(capability: tuple[int, int], sm: list[int], ptx: int) -> bool:
     """Whether a GPU of `capability` (major, minor) runs code built as binaries for the compute
     capabilities `sm` (x10: 80, 90) and PTX for `ptx`: a binary runs on its major version from
@@ -75,9 +86,10 @@ def cuda_driver_version() -> int:
 
 
 def cuda_build() -> dict:
-    """The GPU code the CUDA kernels carry: {"sm": [80, 90], "ptx": 90} (empty without them)."""
+    """The GPU code the CUDA kernels carry and the CUDA runtime they link: {"sm": [80, 90],
+    "ptx": 90, "runtime": 13000} (empty, 0, without them)."""
     module = _module()
-    return module.cuda_build() if module is not None else {"sm": [], "ptx": 0}
+    return module.cuda_build() if module is not None else {"sm": [], "ptx": 0, "runtime": 0}
 
 
 def _major_minor(capability: str) -> tuple[int, int]:
@@ -89,8 +101,11 @@ def _major_minor(capability: str) -> tuple[int, int]:
 def _cuda_usable(capability: str, driver: int) -> tuple[bool, str]:
     build = cuda_build()
     carried = ", ".join(f"sm_{a}" for a in build["sm"]) + f" (+PTX compute_{build['ptx']})"
-    if driver < MIN_CUDA_DRIVER:
-        reason = f"driver {driver // 1000}.{driver % 1000 // 10} is older than 12.1"
+    floor = driver_floor(build)
+    if driver < floor:
+        reason = f"driver {_version(driver)} is older than {_version(floor)}"
+        if floor > MIN_CUDA_DRIVER:
+            reason += f", which the CUDA {_version(build['runtime'])} runtime built in needs"
     elif not runnable(_major_minor(capability), build["sm"], build["ptx"]):
         reason = f"this GPU is sm_{capability.replace('.', '')}; the kernels carry {carried}"
     else:
