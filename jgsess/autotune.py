@@ -215,6 +215,8 @@ def measure(kernel, xla, operands, platform: str, donate=()) -> tuple[float, flo
         args = jax.device_put(list(operands), device)
 
         def run(fn) -> float:
+            if not donate:
+                return _time(fn, args)
             fresh = [jnp.copy(a) if i in donate else a for i, a in enumerate(args)]
             return _time(fn, jax.block_until_ready(fresh))
 
@@ -271,14 +273,12 @@ def decide(
     return wins, f"{found}; cost model: {why}"
 
 
-def choose(node, platform: str, record, budget: float, nested: bool = False) -> tuple[bool, str]:
-    """`decide` for a fused node whose spec has a cost model (`prefer_kernel`), or, in a
-    program traced inside another (`nested`), whose results the enclosing program reads next
-    in a known way (KernelSpec.followed_by): both sides are then measured with that step, and
-    the cost model is XLA's fusion of the two."""
+def choose(node, platform: str, record, budget: float, then=None) -> tuple[bool, str]:
+    """`decide` for a fused node whose spec has a cost model (`prefer_kernel`), or whose
+    results the program enclosing its own reads next in a known way (`then`: its spec's
+    KernelSpec.followed_by, in a program traced inside another): both sides are then measured
+    with that step, and the cost model is XLA's fusion of the two."""
     spec = node.op
-    static = spec.static(node.params)
-    then = spec.followed_by(static) if nested else None
     sides = functools.partial(_node_sides, node, platform, then)
     key = key_of(node, platform)
     if then is not None:

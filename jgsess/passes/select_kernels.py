@@ -39,12 +39,10 @@ def choose(node: Node, ctx: Context) -> tuple[str, str]:
         return "xla", reason
     if _config.kernel_forced(spec.name):
         return "kernel", "JGSESS_KERNELS=on"
-    followed = ctx.nested and spec.followed_by(spec.static(node.params)) is not None
-    if spec.prefer_kernel is None and not followed:
+    then = spec.followed_by(spec.static(node.params)) if ctx.nested else None
+    if spec.prefer_kernel is None and then is None:
         return "kernel", f"compiled {platform} kernel"
-    wins, reason = autotune.choose(
-        node, platform, ctx.record, ctx.autotune_budget, nested=ctx.nested
-    )
+    wins, reason = autotune.choose(node, platform, ctx.record, ctx.autotune_budget, then)
     return ("kernel" if wins else "xla"), reason
 
 
