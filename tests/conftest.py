@@ -1,5 +1,10 @@
 """Tests run strict: pipeline failures raise, graphs are verified after every pass; kernel
-selection uses the cost models, not measurements (tests/test_autotune.py turns them on)."""
+selection uses the cost models, not measurements (tests/test_autotune.py turns them on).
+
+`--default-platform=cuda` rehearses a GPU machine on a CPU: every test's programs default to a
+faked NVIDIA GPU (tests/cuda_lowering.py's fake_gpu), so that the passes plan for CUDA as they
+would where a GPU is the default device, and a test that assumes the CPU fails here. jax itself
+still runs the programs on the CPU."""
 
 import os
 
@@ -20,6 +25,28 @@ def _has_gpu() -> bool:
         return native.has_cuda() and bool(jax.devices("gpu"))
     except Exception:  # noqa: BLE001 - no GPU backend, or no CUDA build
         return False
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--default-platform",
+        choices=("native", "cuda"),
+        default="native",
+        help="cuda: plan every program for a faked NVIDIA GPU (a GPU machine's default device)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def default_platform(request, monkeypatch):
+    """The kernel platform programs default to in this run: "cuda" under
+    --default-platform=cuda (faked), else that of jax's default device."""
+    if request.config.getoption("--default-platform") == "cuda":
+        from tests.cuda_lowering import fake_gpu
+
+        fake_gpu(monkeypatch)
+    from jgsess import platforms
+
+    return platforms.program_platform()
 
 
 def pytest_collection_modifyitems(config, items):

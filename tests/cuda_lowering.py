@@ -45,8 +45,12 @@ def fake_gpu(
     """Programs traced from now on default to a faked GPU with `runtime`, of compute
     `capability`, under a CUDA `driver`, jgsess's kernels linked with the CUDA runtime
     `built`."""
-    device = fake_device(runtime, capability)
-    monkeypatch.setattr(platforms, "default_device", lambda: device)
+    device, real = fake_device(runtime, capability), platforms.default_device
+
+    def default_device():  # the GPU, but where `jax.default_device` names another device
+        return device if jax.config.jax_default_device is None else real()
+
+    monkeypatch.setattr(platforms, "default_device", default_device)
     monkeypatch.setattr(_native, "cuda_driver_version", lambda: driver)
     build = {"sm": [80, 90], "ptx": 90, "runtime": built}
     monkeypatch.setattr(_native, "cuda_build", lambda: build)
@@ -66,7 +70,11 @@ def kernel_calls(text: str) -> list[tuple[str, str]]:
 
 
 def lowered(fn, args, platform: str, **options) -> str:
-    return jgsess.jit(fn, **options).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+    """`fn` on `args` under jgsess.jit, planned and lowered for `platform` ("cpu": on the CPU
+    device, whatever the default device is)."""
+    with jax.default_device(jax.devices("cpu")[0] if platform == "cpu" else None):
+        traced = jgsess.jit(fn, **options).trace(*args)
+    return traced.lower(lowering_platforms=(platform,)).as_text()
 
 
 def assert_same_calls_for_cuda(monkeypatch, make) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ import numpy as np
 import optax
 
 import jgsess
+from jgsess import platforms
 from tests.helpers import assert_trees_close
 
 SHAPES = {"w1": (13, 7), "b1": (7,), "w2": (7, 3, 5), "b2": (1,), "scale": (1023,)}
@@ -66,6 +67,25 @@ def run_steps(opt, steps=3, dtype=jnp.float32, **options):
         ours = fused(*jax.tree.map(jnp.copy, ours), g)
         pairs.append((ours, theirs))
     return report, text, pairs
+
+
+def narrow_fused(
+    report, kernel: str, count: int, on_the_cpu: bool = True, reason: str | None = "rounds unlike"
+) -> bool:
+    """Whether the narrow (bf16, f16) updates of `report` were fused, checked against the
+    platform the programs default to. On the CPU, `on_the_cpu` says whether XLA's code rounds
+    the update as the kernel's narrow form does (the probes are tested in test_fuse_adamw and
+    test_widen_narrow_products): all `count` updates fuse, or none. Elsewhere the fusion's probe
+    decides on the device (on a faked GPU, with no device to ask, it finds no match), and where
+    none fused the report names the probe's `reason` (None: a rewrite's probe before the
+    fusion, which leaves no pattern to report)."""
+    fused = report.fusions[kernel]
+    if platforms.program_platform() == "cpu":
+        assert fused == (count if on_the_cpu else 0)
+    else:
+        assert fused in (0, count)
+        assert fused or reason is None or reason in str(report)
+    return fused == count
 
 
 def assert_bit_equal(pairs):

@@ -65,6 +65,7 @@ def test_gradient_of_a_mixed_precision_step_matches():
 
 def test_on_the_cpu_the_casts_stay_with_xla():
     # measured: on the CPU XLA's converts are as fast as one cast_all call (see the spec)
-    report = jgsess.jit(forward16).report(PARAMS, X)
+    with jax.default_device(jax.devices("cpu")[0]):
+        report = jgsess.jit(forward16).report(PARAMS, X)
     (choice,) = report.kernels
     assert choice.kernel == "cast_all" and choice.impl == "xla" and "CPU" in choice.reason

@@ -12,7 +12,7 @@ import pytest
 import jgsess
 from jgsess.passes import dce, widen_narrow_products
 from tests.helpers import assert_trees_close, evaluate, graph_of, rand, run_passes
-from tests.optax_steps import SHAPES, assert_bit_equal, run_steps
+from tests.optax_steps import SHAPES, assert_bit_equal, narrow_fused, run_steps
 
 BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
 STRICT = {"xla_allow_excess_precision": False}
@@ -73,10 +73,12 @@ OPTIMIZERS = {
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_bf16_state_is_fused_and_keeps_jax_jits_numbers(name):
+    # on the CPU XLA computes the bf16 product in f32 (the probe, above); elsewhere the probe
+    # decides on the device, and without the widening the update matches no fusion
     opt, kernel = OPTIMIZERS[name]
     report, text, pairs = run_steps(opt)
-    assert report.fusions[kernel] == len(SHAPES)
-    assert f'custom_call_target="jgsess_{kernel}"' in text
+    fused = narrow_fused(report, kernel, len(SHAPES), reason=None)
+    assert (f'custom_call_target="jgsess_{kernel}"' in text) == fused
     for ours, theirs in pairs:
         # dtypes kept (the state stays bf16); a bf16 value may land one ulp over where the
         # kernel's f32 value is an ulp from XLA's
@@ -97,16 +99,6 @@ def test_without_excess_precision_xla_rounds_and_nothing_fuses():
     report, text, pairs = run_steps(opt, compiler_options=STRICT)
     assert report.fusions["momentum"] == 0 and "jgsess_momentum" not in text
     assert_bit_equal(pairs)
-
-
-@pytest.mark.gpu
-def test_on_the_gpu_bf16_state_is_fused_where_xla_widens():
-    opt, kernel = OPTIMIZERS["adamw"]
-    report, text, pairs = run_steps(opt)  # on the default backend: the GPU
-    fused = report.fusions[kernel] == len(SHAPES)
-    assert fused == widen_narrow_products.xla_widens(jax.default_backend(), BF16)
-    for ours, theirs in pairs:
-        assert_trees_close(ours, theirs, rtol=2**-8, atol=1e-7)
 
 
 def test_a_flax_step_with_a_bf16_first_moment_is_fused():
@@ -133,7 +125,10 @@ def test_a_flax_step_with_a_bf16_first_moment_is_fused():
     state = opt.init(params)
     fused = jgsess.jit(step)
     report = fused.report(params, state, x, y)
-    assert report.fusions["adamw"] == 4 and report.fusions["clip_by_global_norm"] == 4
-    assert [k.kernel for k in report.kernels] == ["global_norm", "adamw"]  # one combined call
+    updates_fused = narrow_fused(report, "adamw", 4, reason=None)
+    # the norm's clip is folded into the fused updates: with them, or not at all
+    assert report.fusions["clip_by_global_norm"] == 4 * updates_fused
+    # the norm's own kernel either way; one combined call each
+    assert [k.kernel for k in report.kernels] == ["global_norm"] + ["adamw"] * updates_fused
     ours, theirs = fused(params, state, x, y), jax.jit(step)(params, state, x, y)
     assert_trees_close(ours, theirs, rtol=2**-8, atol=1e-7)
