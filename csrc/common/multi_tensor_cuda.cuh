@@ -29,19 +29,27 @@ inline ffi::Error CudaStatus(const char* kernel, cudaError_t err = cudaGetLastEr
   return Internal(std::string(kernel) + ": " + cudaGetErrorString(err));
 }
 
-// Loads the kernels' code now. Under lazy module loading (CUDA 12.2+'s default) a kernel's first
-// launch would load it, and XLA may capture that launch into a CUDA graph (the handlers are
-// command-buffer compatible), where loading fails; each CUDA handler's instantiate stage, run
-// when XLA builds the executable, calls this first.
+// Loads the kernels' code now, into every device's context. Under lazy module loading (CUDA
+// 12.2+'s default) a kernel's first launch would load it, and XLA may capture that launch into a
+// CUDA graph (the handlers are command-buffer compatible), where loading fails. Each CUDA
+// handler's instantiate stage calls this; XLA runs it once, when it builds the executable, on
+// whichever device is current then, while the executable runs on every device of the process
+// (one process driving a node's GPUs). The current device is restored.
 template <typename... Kernels>
 cudaError_t LoadKernels(Kernels*... kernels) {
-  cudaError_t err = cudaSuccess;
-  cudaFuncAttributes attributes;
-  ((err = err == cudaSuccess
-              ? cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernels))
-              : err),
-   ...);
-  return err;
+  int current = 0, count = 0;
+  cudaError_t err = cudaGetDevice(&current);
+  if (err == cudaSuccess) err = cudaGetDeviceCount(&count);
+  for (int device = 0; device < count && err == cudaSuccess; ++device) {
+    err = cudaSetDevice(device);
+    cudaFuncAttributes attributes;
+    ((err = err == cudaSuccess
+                ? cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernels))
+                : err),
+     ...);
+  }
+  const cudaError_t restored = cudaSetDevice(current);
+  return err == cudaSuccess ? restored : err;
 }
 
 // The binding of a CUDA handler's instantiate stage, which loads its kernels (`load`): it reads

@@ -78,10 +78,19 @@ constexpr auto Binding() {
 
 ffi::Error LoadNeighbors() { return CudaStatus("neighbors", LoadKernels(Neighbors)); }
 
+ffi::Error LoadNeighborsOnTheCurrentDevice() {
+  cudaFuncAttributes attributes;
+  return CudaStatus("neighbors",
+                    cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(Neighbors)));
+}
+
 }  // namespace
 }  // namespace jgsess
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(BrokenLoad, jgsess::Load<jgsess::LoadNeighbors>,
+                              jgsess::LoadBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(BrokenLoadCurrentDevice,
+                              jgsess::Load<jgsess::LoadNeighborsOnTheCurrentDevice>,
                               jgsess::LoadBinding());
 
 #define JGSESS_BROKEN(name, kind) \

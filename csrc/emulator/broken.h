@@ -15,3 +15,5 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenUnwritten);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenOperandWritten);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenUnloaded);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenLoad);  // the instantiate stage of them all: loads Neighbors
+// an instantiate stage that loads Neighbors into the current device's context alone
+XLA_FFI_DECLARE_HANDLER_SYMBOL(BrokenLoadCurrentDevice);

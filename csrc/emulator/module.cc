@@ -73,6 +73,7 @@ pybind11::dict Broken() {
   Put<BrokenUnwritten, "result_unwritten">(table, BrokenLoad);
   Put<BrokenOperandWritten, "operand_written">(table, BrokenLoad);
   Put<BrokenUnloaded, "unloaded_kernel">(table, BrokenLoad);
+  Put<BrokenNone, "loaded_on_one_device">(table, BrokenLoadCurrentDevice);
   return table;
 }
 
@@ -92,4 +93,8 @@ void jgsess::simt::Bind(pybind11::module_& m) {
         "(bf16 bits, f16 bits) of each value through __float2bfloat16_rn / __float2half_rn");
   m.def("launches", &jgsess::simt::Launches,
         "(kernel, grid (x, y, z), block (x, y, z)) of every launch since the last call");
+  m.def("set_devices", &jgsess::simt::SetDevices, pybind11::arg("count"),
+        pybind11::arg("launch_device") = -1,
+        "emulate `count` devices, launches running on `launch_device` (-1: the current "
+        "device); forgets what was loaded");
 }

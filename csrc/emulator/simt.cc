@@ -15,6 +15,7 @@
 #include <random>
 #include <set>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 // The linker's bounds of the section __shared__ variables live in.
@@ -369,18 +370,22 @@ uint32_t WarpBallot(uint32_t mask, bool predicate) {
 }
 
 std::mutex loaded_mutex;
-std::set<const void*> loaded;
+std::set<std::pair<int, const void*>> loaded;  // (device, kernel)
+std::atomic<int> device_count{1}, launch_device{-1};
+thread_local int current_device = 0;
 
 bool RunGrid(const void* function, const char* kernel, dim3 grid, dim3 block,
              const std::function<void()>& body) {
   InstallHandlers();
   {
+    const int device = launch_device >= 0 ? launch_device.load() : current_device;
     std::lock_guard<std::mutex> lock(loaded_mutex);
-    if (loaded.count(function) == 0) {
-      SetError(3, std::string(kernel) +
-                      ": launched before its code was loaded (cudaFuncGetAttributes in the "
-                      "handler's instantiate stage): under lazy loading the first launch loads "
-                      "it, which fails inside a CUDA graph capture");
+    if (loaded.count({device, function}) == 0) {
+      SetError(3, std::string(kernel) + ": launched before its code was loaded into device " +
+                      std::to_string(device) +
+                      "'s context (cudaFuncGetAttributes for every device in the handler's "
+                      "instantiate stage): under lazy loading the first launch loads it, which "
+                      "fails inside a CUDA graph capture");
       return false;
     }
   }
@@ -444,7 +449,24 @@ Launches() {
 
 void MarkLoaded(const void* kernel) {
   std::lock_guard<std::mutex> lock(loaded_mutex);
-  loaded.insert(kernel);
+  loaded.insert({current_device, kernel});
+}
+
+int DeviceCount() { return device_count; }
+
+int CurrentDevice() { return current_device; }
+
+bool SetCurrentDevice(int device) {
+  if (device < 0 || device >= device_count) return false;
+  current_device = device;
+  return true;
+}
+
+void SetDevices(int count, int device) {
+  std::lock_guard<std::mutex> lock(loaded_mutex);
+  device_count = count;
+  launch_device = device;
+  loaded.clear();
 }
 
 const std::string& LastMessage() { return last_message; }

@@ -73,8 +73,17 @@ uint32_t WarpBallot(uint32_t mask, bool predicate);
 // loaded: MarkLoaded); false (and LastMessage()) on a checked failure.
 bool RunGrid(const void* kernel, const char* name, dim3 grid, dim3 block,
              const std::function<void()>& body);
-// cudaFuncGetAttributes loaded `kernel`'s code (csrc/common/multi_tensor_cuda.cuh: LoadKernels).
+// cudaFuncGetAttributes loaded `kernel`'s code into the current device's context
+// (csrc/common/multi_tensor_cuda.cuh: LoadKernels); a launch checks it was, on its device.
 void MarkLoaded(const void* kernel);
+// The emulated devices, each with a context of its own: their count (1 unless a test sets
+// more), the calling thread's current device (cudaSetDevice), and the device launches run on:
+// the current one, or the one a test names (XLA runs a program's thunks on threads of its own,
+// whichever device they serve). SetDevices(count, launch_device -1) also forgets what was loaded.
+int DeviceCount();
+int CurrentDevice();
+bool SetCurrentDevice(int device);
+void SetDevices(int count, int launch_device);
 const std::string& LastMessage();
 // What a faulting address is, for the message (guard.cc: "4 bytes past the end of operand 0").
 std::string DescribeAddress(uintptr_t address);

@@ -4,6 +4,7 @@ registered as CPU FFI targets `jgsess_simt_<name>`, and kernel specs routed to t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import jax
@@ -43,3 +44,17 @@ def route(monkeypatch) -> None:
     routed = {PREFIX + name: frozenset({"cpu"}) for name in emulated}
     monkeypatch.setattr(KernelSpec, "target", property(lambda spec: target(spec.name)))
     monkeypatch.setattr(_native, "targets", lambda: {**built, **routed})
+
+
+@contextlib.contextmanager
+def devices(count: int, launch_device: int):
+    """`count` emulated devices, each a context of its own, launches running on `launch_device`
+    (as XLA's threads for that device run a program's thunks), nothing loaded yet and jax's
+    executables dropped (their instantiate stages, which load the kernels, run again)."""
+    module().set_devices(count, launch_device)
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        module().set_devices(1)
+        jax.clear_caches()

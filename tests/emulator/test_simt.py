@@ -67,6 +67,16 @@ def test_each_check_fires_on_the_kernel_broken_for_it(check, message):
         jax.block_until_ready(run(check, X))
 
 
+def test_kernels_are_loaded_into_every_devices_context():
+    # one process driving two GPUs: the executable is built (its kernels loaded) once, with
+    # device 0 current, and its first launch is on device 1
+    with simt.devices(2, launch_device=1):
+        np.testing.assert_allclose(run("correct", X), neighbors(X), rtol=1e-6)
+    with simt.devices(2, launch_device=1):  # loaded into device 0's alone
+        with pytest.raises(Exception, match="loaded into device 1's context"):
+            jax.block_until_ready(run("loaded_on_one_device", X))
+
+
 def test_a_failed_launch_leaves_the_next_call_clean():
     with pytest.raises(Exception, match="shared-memory race"):
         jax.block_until_ready(run("shared_race", X))

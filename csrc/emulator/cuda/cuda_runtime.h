@@ -13,6 +13,7 @@ enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
   cudaErrorIllegalAddress = 700,
 };
 
@@ -35,7 +36,23 @@ struct cudaFuncAttributes {
   int maxThreadsPerBlock = 1024;
 };
 
-// Loads a kernel's code: the emulator records it; launching one not loaded is a checked error.
+// The emulated devices (simt.h: each a context of its own).
+inline cudaError_t cudaGetDeviceCount(int* count) {
+  *count = jgsess::simt::DeviceCount();
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaGetDevice(int* device) {
+  *device = jgsess::simt::CurrentDevice();
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaSetDevice(int device) {
+  return jgsess::simt::SetCurrentDevice(device) ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+// Loads a kernel's code into the current device's context: the emulator records it; launching
+// one not loaded on the launch's device is a checked error.
 inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* kernel) {
   jgsess::simt::MarkLoaded(kernel);
   *attributes = cudaFuncAttributes{};
