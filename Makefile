@@ -3,7 +3,8 @@
 # the CUDA kernels, host test hooks, bandwidth probes); `make lint` checks the Python (ruff)
 # and C++/CUDA (clang-format) style and the types (mypy, `make typecheck`); `make
 # test-oldest-jax` runs the type check and the tests on the oldest jax jgsess supports; `make
-# test-peer` runs JAX's own jit tests with jax.jit swapped for jgsess.jit (tests/peer).
+# test-peer` runs JAX's own jit tests with jax.jit swapped for jgsess.jit (tests/peer); `make
+# test-device-jax` rehearses the GPU check on the GPU machine's jax (.ci/device-jax).
 # .ci/run is all of them.
 PYTHON ?= python3
 VENV ?= .venv
@@ -24,7 +25,7 @@ TESTING_STAMP := $(VENV)/.jgsess-testing-built
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f)
 CSRC := $(shell find csrc -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh')
 
-.PHONY: demo test test-peer build bench lint typecheck test-oldest-jax clean
+.PHONY: demo test test-peer build bench lint typecheck test-oldest-jax test-device-jax clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +81,11 @@ test-oldest-jax:
 	.ci/copy-tree $(OLDEST_DIR)/src
 	JGSESS_CUDA=0 $(MAKE) -C $(OLDEST_DIR)/src typecheck test VENV=$(abspath $(OLDEST_DIR))/venv \
 		JAX="$(OLDEST_JAX)" TESTS="$(OLDEST_TESTS)" PYTEST_ARGS="$(OLDEST_PYTEST_ARGS)"
+
+# the GPU check's rehearsal on the GPU machine's jax (0.11.2, Python 3.13 in a Debian 13 chroot
+# made by debootstrap: as root), the CUDA kernels built where nvcc is
+test-device-jax:
+	.ci/device-jax
 
 clean:
 	rm -rf build *.egg-info jgsess/_C*.so tests/native/_testing*.so $(OLDEST_DIR)

@@ -60,6 +60,7 @@ import optax
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import record  # noqa: E402
+import roofline  # noqa: E402
 from param_sets import SETS  # noqa: E402
 
 import jgsess  # noqa: E402
@@ -103,9 +104,7 @@ def itemsizes(dtype_name: str) -> tuple[int, int]:
 
 
 def bytes_per_param(optimizer: str, dtype_name: str) -> int:
-    reads, writes = TRAFFIC[optimizer]
-    param, state = itemsizes(dtype_name)
-    return 2 * param + state + param * (reads - 3) + param + state + param * (writes - 2)
+    return roofline.bytes_per_element(optimizer, *itemsizes(dtype_name))
 
 
 def log(message: str) -> None:
