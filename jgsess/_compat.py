@@ -52,8 +52,7 @@ def require_devices_when_lowering(primitive) -> None:
 
     jax lowers without devices unless the program holds a primitive from this registry, and
     a lowering that wraps `custom_partitioning` needs them (jax's CHANGELOG, 0.4.24). jax offers
-    no public hook, so this is the one private name jgsess touches (TransformerEngine does the
-    same)."""
+    no public hook (TransformerEngine touches the same registry)."""
     from jax._src import dispatch
 
     dispatch.prim_requires_devices_during_lowering.add(primitive)

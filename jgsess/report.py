@@ -118,11 +118,6 @@ class Report:
     def fallback(self) -> str | None:
         return self.session.fallback
 
-    @property
-    def pipeline_seconds(self) -> dict[str, float]:
-        """The pipeline's own time: "trace" (fun to a jaxpr), "passes", "emit" (back to one)."""
-        return dict(self.session.seconds)
-
     @functools.cached_property
     def memory(self) -> MemoryReport:
         """The memory plan and XLA's memory analysis of jgsess's and jax.jit's programs (this

@@ -11,7 +11,6 @@ namespace jgsess {
 namespace ffi = xla::ffi;
 
 using Buffer = ffi::AnyBuffer;
-using Scalar = ffi::BufferR0<ffi::F32>;
 using Args = ffi::RemainingArgs;
 using Rets = ffi::RemainingRets;
 using DataType = ffi::DataType;
