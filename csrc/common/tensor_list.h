@@ -24,6 +24,34 @@ inline bool IsKernelFloat(DataType t) {
   return t == DataType::F32 || t == DataType::BF16 || t == DataType::F16;
 }
 
+// A dtype's name as jax prints it, for error messages.
+inline std::string TypeName(DataType t) {
+  switch (t) {
+    case DataType::F32: return "float32";
+    case DataType::BF16: return "bfloat16";
+    case DataType::F16: return "float16";
+    case DataType::F64: return "float64";
+    case DataType::S8: return "int8";
+    case DataType::S16: return "int16";
+    case DataType::S32: return "int32";
+    case DataType::S64: return "int64";
+    case DataType::U8: return "uint8";
+    case DataType::U16: return "uint16";
+    case DataType::U32: return "uint32";
+    case DataType::U64: return "uint64";
+    case DataType::PRED: return "bool";
+    default: return "dtype #" + std::to_string(static_cast<int>(t));
+  }
+}
+
+// "bfloat16[3,4]": a buffer's dtype and shape as jax prints them, for error messages.
+inline std::string Describe(const Buffer& b) {
+  std::string text = TypeName(b.element_type()) + "[";
+  const auto dims = b.dimensions();
+  for (size_t i = 0; i < dims.size(); ++i) text += (i ? "," : "") + std::to_string(dims[i]);
+  return text + "]";
+}
+
 template <int kIn, int kOut>
 struct TensorSlots {
   const void* in[kIn];
@@ -81,23 +109,31 @@ ffi::ErrorOr<HyperPtrs<Hyper>> ParseHyper(const char* kernel, Args& args) {
     const auto count = static_cast<int64_t>(arg->element_count());
     if (i == 0) hyper.members = arg->dimensions().size() == 0 ? 1 : count;
     if (arg->element_type() != DataType::F32 || count != hyper.members || count == 0) {
-      return Invalid(kernel, "hyper-parameters are f32, rank 0 or one per member");
+      return Invalid(kernel, "hyper-parameter " + std::to_string(i) + " is " + Describe(*arg) +
+                                 "; expected float32, rank 0 or one per member (as " +
+                                 "hyper-parameter 0: " + std::to_string(hyper.members) + ")");
     }
     hyper.ptr[i] = static_cast<const float*>(arg->untyped_data());
   }
   return hyper;
 }
 
-// A buffer of `size` elements (any size when size < 0) of a kernel float type.
-inline ffi::Error CheckFloat(const char* kernel, const Buffer& b, int64_t size, const char* what) {
-  const DataType type = b.element_type();
-  if (!IsKernelFloat(type)) {
-    return InvalidArgument(std::string(kernel) + ": unsupported " + what + " dtype");
-  }
-  if (size >= 0 && static_cast<int64_t>(b.element_count()) != size) {
-    return InvalidArgument(std::string(kernel) + ": " + what + "s of a tensor differ in size");
-  }
-  return ffi::Error::Success();
+// A buffer of `size` elements (any size when size < 0) of a kernel float type; `what` names it
+// in the error ("tensor 3's operand 1 (call operand 17)").
+inline ffi::Error CheckFloat(const char* kernel, const Buffer& b, int64_t size,
+                             const std::string& what) {
+  const bool sized = size < 0 || static_cast<int64_t>(b.element_count()) == size;
+  if (IsKernelFloat(b.element_type()) && sized) return ffi::Error::Success();
+  return InvalidArgument(
+      std::string(kernel) + ": " + what + " is " + Describe(b) +
+      "; expected float32, bfloat16 or float16" +
+      (size < 0 ? std::string() : " of " + std::to_string(size) + " elements, as the first"));
+}
+
+// "tensor 3's operand 1 (call operand 17)"
+inline std::string Slot(size_t tensor, const char* kind, int k, size_t position) {
+  return "tensor " + std::to_string(tensor) + "'s " + kind + " " + std::to_string(k) + " (call " +
+         kind + " " + std::to_string(position) + ")";
 }
 
 // Parses args[first..] (kIn per tensor) and rets[0..] (kOut per tensor; none when rets is
@@ -108,7 +144,10 @@ ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kerne
   if (args.size() < first) return Invalid(kernel, "too few operands");
   const size_t operands = args.size() - first, results = rets ? rets->size() : 0;
   if (operands % kIn != 0 || results * kIn != operands * kOut) {
-    return Invalid(kernel, "operands and results do not pair up");
+    return Invalid(kernel, std::to_string(operands) + " tensor operands and " +
+                               std::to_string(results) + " results do not pair up; expected " +
+                               std::to_string(kIn) + " operands and " + std::to_string(kOut) +
+                               " results per tensor");
   }
   std::vector<TensorSlots<kIn, kOut>> tensors(operands / kIn);
   for (size_t t = 0; t < tensors.size(); ++t) {
@@ -117,7 +156,8 @@ ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kerne
       auto arg = args.get<Buffer>(first + kIn * t + k);
       if (arg.has_error()) return ffi::Unexpected(arg.error());
       if (k == 0) slots.size = static_cast<int64_t>(arg->element_count());
-      auto ok = CheckFloat(kernel, *arg, slots.size, "operand");
+      const size_t position = first + kIn * t + k;
+      auto ok = CheckFloat(kernel, *arg, slots.size, Slot(t, "operand", k, position));
       if (ok.failure()) return ffi::Unexpected(ok);
       slots.in[k] = arg->untyped_data();
       slots.in_type[k] = arg->element_type();
@@ -125,7 +165,7 @@ ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kerne
     for (int k = 0; k < kOut; ++k) {
       auto ret = rets->get<Buffer>(kOut * t + k);
       if (ret.has_error()) return ffi::Unexpected(ret.error());
-      auto ok = CheckFloat(kernel, **ret, slots.size, "result");
+      auto ok = CheckFloat(kernel, **ret, slots.size, Slot(t, "result", k, kOut * t + k));
       if (ok.failure()) return ffi::Unexpected(ok);
       slots.out[k] = (*ret)->untyped_data();
       slots.out_type[k] = (*ret)->element_type();
@@ -138,14 +178,20 @@ ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kerne
 // tensor is of one type, bf16 or f16.
 template <int kIn, int kOut>
 ffi::Error CheckNarrow(const char* kernel, const std::vector<TensorSlots<kIn, kOut>>& tensors) {
-  for (const auto& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
     const DataType type = t.in_type[0];
     bool ok = type == DataType::BF16 || type == DataType::F16;
-    for (int k = 0; k < kIn; ++k) ok = ok && t.in_type[k] == type;
-    for (int k = 0; k < kOut; ++k) ok = ok && t.out_type[k] == type;
+    std::string types;
+    for (int k = 0; k < kIn + kOut; ++k) {
+      const DataType each = k < kIn ? t.in_type[k] : t.out_type[k - kIn];
+      ok = ok && each == type;
+      types += (k ? ", " : "") + TypeName(each);
+    }
     if (!ok) {
-      return InvalidArgument(std::string(kernel) +
-                             ": narrow math needs every buffer of a tensor in one of bf16, f16");
+      return InvalidArgument(std::string(kernel) + ": tensor " + std::to_string(i) +
+                             "'s operands and results are " + types +
+                             "; narrow math expects them all bfloat16, or all float16");
     }
   }
   return ffi::Error::Success();

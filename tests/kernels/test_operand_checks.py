@@ -9,6 +9,7 @@ import pkgutil
 import subprocess
 import sys
 
+import jax.numpy as jnp
 import pytest
 
 import jgsess.kernels
@@ -90,3 +91,34 @@ def test_malformed_calls_of_the_cuda_handlers_are_errors_under_the_emulator():
 @pytest.mark.gpu
 def test_malformed_calls_are_errors_not_crashes_on_cuda():
     check_lines(run_bad_calls("cuda"))
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        (
+            "a gradient of another size",
+            r"adamw: tensor 1's operand 1 \(call operand 18\) is bfloat16\[6\]; expected "
+            r"float32, bfloat16 or float16 of 7 elements",
+        ),
+        ("an int result", r"tensor 0's result 2 \(call result 2\) is int32\[5\]"),
+        ("an int hyper-parameter", r"hyper-parameter 3 is int32\[\]; expected float32"),
+        ("a missing result", r"8 tensor operands and 5 results do not pair up; expected 4 "),
+    ],
+)
+def test_a_malformed_call_says_which_operand_and_what_was_expected(case, message):
+    from tests.kernels.bad_calls import BF16, array, call, spec
+
+    hyper = [jnp.float32(0.5)] * 13
+    ins = [array((5,), BF16)] * 4 + [array((7,), BF16)] * 4
+    outs = [spec((5,), BF16)] * 3 + [spec((7,), BF16)] * 3
+    if case == "a gradient of another size":
+        ins[5] = array((6,), BF16)
+    elif case == "an int result":
+        outs[2] = spec((5,), jnp.int32)
+    elif case == "an int hyper-parameter":
+        hyper[3] = jnp.int32(1)
+    else:
+        outs = outs[:5]
+    with pytest.raises(Exception, match=message):
+        call("jgsess_adamw", [*hyper, *ins], outs, flags=0)()

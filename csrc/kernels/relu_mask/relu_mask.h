@@ -38,8 +38,11 @@ inline ffi::ErrorOr<ReluOperands> ParseRelu(const char* kernel, Args& args, size
   for (int k = 0; k < ops.count; ++k) {
     auto x = args.get<Buffer>(first + k);
     if (x.has_error()) return ffi::Unexpected(x.error());
-    if (k > 0 && x->element_type() != ops.type) return Invalid(kernel, "operands differ in dtype");
-    auto ok = CheckFloat(kernel, *x, ops.size, "operand");
+    if (k > 0 && x->element_type() != ops.type) {
+      return Invalid(kernel, "operand " + std::to_string(first + k) + " is " + Describe(*x) +
+                                 "; expected " + TypeName(ops.type) + ", as the first");
+    }
+    auto ok = CheckFloat(kernel, *x, ops.size, "operand " + std::to_string(first + k));
     if (ok.failure()) return ffi::Unexpected(ok);
     ops.data[k] = x->untyped_data();
     ops.type = x->element_type();
@@ -47,7 +50,9 @@ inline ffi::ErrorOr<ReluOperands> ParseRelu(const char* kernel, Args& args, size
   }
   if (result.element_type() != ops.type ||
       static_cast<int64_t>(result.element_count()) != ops.size) {
-    return Invalid(kernel, "the result differs from the operands in dtype or size");
+    return Invalid(kernel, "the result is " + Describe(result) + "; expected " +
+                               TypeName(ops.type) + "[" + std::to_string(ops.size) +
+                               "], as the operands");
   }
   if (mask_words != MaskWords(ops.size))
     return Invalid(kernel, "the mask does not fit the operands");
