@@ -37,7 +37,7 @@ of its runs. The ceiling is an in-place stream in C++ with exactly the optimizer
 measured in the same run on one large tensor, at the start and at the end (the better of the
 two); every variant reports its share of it, and of the STREAM triad (a = b + s*c, which also
 pays write-allocate traffic) as a second column. Bytes counted per parameter: AdamW 28 (f32), 14
-(bf16), 20 (bf16-f32-state) or 24 (bf16-state), momentum 20, 10, 14 or 16.
+(bf16), 18 (bf16-f32-state) or 24 (bf16-state), momentum 20, 10, 14 or 16.
 
     python benchmarks/optimizer_step.py [--sets resnet50,bert-base] [--dtypes f32,bf16,bf16-state]
         [--optimizers adamw,momentum] [--runs 9] [--steps 1] [--out DIR]

@@ -34,16 +34,20 @@ ceiling of the work (the same memory traffic, in place) where there is one.
 
 def description(name: str) -> tuple[str, str]:
     """From the benchmark module's docstring, whose first paragraph reads "<title>: <what it
-    compares>": (the title, what it compares and the paragraph after, which says how)."""
+    compares>": (the title, the rest of the docstring: what it compares, how, and what its
+    columns mean). Indented paragraphs (lists laid out in the docstring) stay as they are;
+    usage lines are left out (the section shows the run's own command)."""
     source = (ROOT / "benchmarks" / f"{name}.py").read_text()
     doc = ast.get_docstring(ast.parse(source)) or name
-    raw = doc.split("\n\n")
-    paragraphs = [" ".join(p.split()) for p in raw]
-    title, _, lead = paragraphs[0].partition(": ")
-    text = " ".join([lead[:1].upper() + lead[1:], *paragraphs[1:2]]) if lead else ""
-    if text.endswith(":") and len(raw) > 2:  # a list follows, laid out in the docstring
-        text += "\n\n```\n" + raw[2].strip("\n") + "\n```"
-    return title, text
+    raw = [p for p in doc.split("\n\n") if not p.strip().startswith("python benchmarks/")]
+    title, _, lead = " ".join(raw[0].split()).partition(": ")
+    parts = [lead[:1].upper() + lead[1:]] if lead else []
+    for paragraph in raw[1:]:
+        if paragraph.startswith("  "):
+            parts.append("```\n" + paragraph.strip("\n") + "\n```")
+        else:
+            parts.append(" ".join(paragraph.split()))
+    return title, "\n\n".join(parts)
 
 
 def section(record: dict) -> str:
