@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -63,19 +64,12 @@ def model_table(gbps: float) -> str:
         ("global_norm", "f32", None),
     ]
     for name in ("resnet50", "bert-base"):
-        elements = sum(_size(shape) for shape in param_sets.SETS[name]())
+        elements = sum(math.prod(shape) for shape in param_sets.SETS[name]())
         for kernel, dtype, state in cases:
             label = f"{kernel} {dtype}" + (f"->{state}" if state else "")
             ms = least_ms(kernel, elements, gbps, ITEMSIZE[dtype], state and ITEMSIZE[state])
             rows.append(f"{name:16s} {label:22s} {ms:8.3f}")
     return "\n".join(rows)
-
-
-def _size(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def summary(out: str) -> str:

@@ -6,7 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jgsess.kernels import adamw
 from tests.emulator import simt
+from tests.kernels.common import check
+from tests.kernels.test_adamw import operands as adamw_operands
 
 N = 1000  # four blocks of 256 threads, the last one partly past the end
 
@@ -75,6 +78,15 @@ def test_kernels_are_loaded_into_every_devices_context():
     with simt.devices(2, launch_device=1):  # loaded into device 0's alone
         with pytest.raises(Exception, match="loaded into device 1's context"):
             jax.block_until_ready(run("loaded_on_one_device", X))
+
+
+def test_a_kernels_handler_runs_on_a_second_device_first(monkeypatch):
+    # every CUDA handler loads its kernels into each device's context (common/
+    # multi_tensor_cuda.cuh: LoadKernels): adamw's, emulated, first launched on device 1
+    simt.route(monkeypatch)
+    ops = adamw_operands([(9,), (70_001,)], seed=3)
+    with jax.default_device(jax.devices("cpu")[0]), simt.devices(2, launch_device=1):
+        check(adamw.SPEC, ops, rtol=2e-6, flags=adamw.OPTAX_ADAMW)
 
 
 def test_a_failed_launch_leaves_the_next_call_clean():

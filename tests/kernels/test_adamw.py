@@ -8,7 +8,6 @@ import pytest
 from jgsess.kernels import adamw
 from jgsess.kernels.spec import KernelSpec
 from jgsess.passes.fusions.optimizer import narrow_math_matches
-from tests.emulator import simt
 from tests.helpers import assert_trees_close
 from tests.kernels.bad_calls import BF16, F16, F32, N, array, call, multi_tensor, spec
 from tests.kernels.common import SIZES, check, kernel_fn, reference_fn
@@ -231,15 +230,6 @@ def test_cuda_kernel_matches_reference(flags, p_dtype, cuda_device):
     for m_dtype in (jnp.float32, jnp.bfloat16):
         ops = operands(sizes, seed=flags, p_dtype=p_dtype, m_dtype=m_dtype)
         check(adamw.SPEC, ops, rtol=2e-6, device=cuda_device, flags=flags)
-
-
-def test_on_a_second_device_first(kernels):
-    # every CUDA handler loads its kernels into each device's context (common/
-    # multi_tensor_cuda.cuh: LoadKernels): emulated, the executable's first launch on device 1
-    if kernels != "simt":
-        pytest.skip("emulated devices")
-    with simt.devices(2, launch_device=1):
-        check(adamw.SPEC, operands([(9,), (70_001,)], seed=3), rtol=2e-6, flags=adamw.OPTAX_ADAMW)
 
 
 def malformed_calls():
