@@ -38,8 +38,8 @@ $(STAMP): $(PY) $(SOURCES)
 
 build: $(STAMP)
 
-# the test-only extension (the CUDA sources compiled as C++ for the SIMT emulator, csrc/checks,
-# csrc/bench), never in the wheel
+# the test-only extension (the CUDA sources compiled as C++ for the SIMT emulator, csrc/testing/checks,
+# csrc/testing/bench), never in the wheel
 $(TESTING_STAMP): $(STAMP) tests/native/build.py
 	$(PY) tests/native/build.py
 	touch $(TESTING_STAMP)

@@ -191,7 +191,7 @@ extension = Pybind11Extension(
         + glob.glob("csrc/*/*.cc")
         + glob.glob("csrc/kernels/*/*.cc")
         # the test-only extension's (tests/native/build.py): emulator, checks, probes
-        if not path.startswith(("csrc/emulator/", "csrc/checks/", "csrc/bench/", "csrc/testing/"))
+        if not path.startswith("csrc/testing/")
     ),
     include_dirs=["csrc"],
     depends=sorted(

@@ -4,8 +4,7 @@
 
 #include "common/chunk.h"
 #include "common/simd.h"
-#include "kernels/adamw/adamw.h"
-#include "kernels/momentum/momentum.h"
+#include "kernels/kernels.h"
 #include "registrations.h"
 
 namespace {
@@ -33,8 +32,9 @@ PYBIND11_MODULE(_C, m) {
       "kernel_flags",
       [] {
         pybind11::dict kernels;
-        kernels["adamw"] = FlagDict(jgsess::kAdamwFlagNames);
-        kernels["momentum"] = FlagDict(jgsess::kMomentumFlagNames);
+#define JGSESS_FLAGS(kernel, names) kernels[#kernel] = FlagDict(jgsess::names);
+        JGSESS_FLAG_FAMILIES(JGSESS_FLAGS)
+#undef JGSESS_FLAGS
         return kernels;
       },
       "kernel name -> {flag name: bit} of its `flags` attribute (Python's Flag enums match it)");

@@ -1,5 +1,5 @@
-// The one table of FFI targets: target name -> {platform: handler capsule}. A kernel adds its
-// header's include and one table line.
+// The one table of FFI targets: target name -> {platform: handler capsule}, made from the
+// kernel list (kernels/kernels.h) and the CPU-only async hint.
 #include "registrations.h"
 
 #if defined(JGSESS_WITH_CUDA)
@@ -7,12 +7,7 @@
 #endif
 
 #include "async_hint.h"
-#include "kernels/adamw/adamw.h"
-#include "kernels/batch_norm/batch_norm.h"
-#include "kernels/cast_all/cast_all.h"
-#include "kernels/global_norm/global_norm.h"
-#include "kernels/momentum/momentum.h"
-#include "kernels/relu_mask/relu_mask.h"
+#include "kernels/kernels.h"
 
 namespace jgsess {
 namespace {
@@ -43,22 +38,11 @@ pybind11::dict Platforms(XLA_FFI_Handler* cpu, [[maybe_unused]] XLA_FFI_Handler*
 
 pybind11::dict Registrations() {
   pybind11::dict table;
-  table["jgsess_adamw"] = Platforms(AdamwCpu, AdamwCuda, AdamwCudaLoad);
+#define JGSESS_REGISTER(target, Handler) \
+  table["jgsess_" #target] = Platforms(Handler##Cpu, Handler##Cuda, Handler##CudaLoad);
+  JGSESS_KERNELS(JGSESS_REGISTER)
+#undef JGSESS_REGISTER
   table["jgsess_async_hint"] = Platforms(AsyncHintCpu, nullptr, nullptr);  // CPU only
-  table["jgsess_batch_norm_relu"] =
-      Platforms(BatchNormReluCpu, BatchNormReluCuda, BatchNormReluCudaLoad);
-  table["jgsess_batch_norm_add_relu"] =
-      Platforms(BatchNormAddReluCpu, BatchNormAddReluCuda, BatchNormAddReluCudaLoad);
-  table["jgsess_batch_norm_relu_grad"] =
-      Platforms(BatchNormReluGradCpu, BatchNormReluGradCuda, BatchNormReluGradCudaLoad);
-  table["jgsess_batch_norm_add_relu_grad"] =
-      Platforms(BatchNormAddReluGradCpu, BatchNormAddReluGradCuda, BatchNormAddReluGradCudaLoad);
-  table["jgsess_cast_all"] = Platforms(CastAllCpu, CastAllCuda, CastAllCudaLoad);
-  table["jgsess_global_norm"] = Platforms(GlobalNormCpu, GlobalNormCuda, GlobalNormCudaLoad);
-  table["jgsess_momentum"] = Platforms(MomentumCpu, MomentumCuda, MomentumCudaLoad);
-  table["jgsess_relu_mask"] = Platforms(ReluMaskCpu, ReluMaskCuda, ReluMaskCudaLoad);
-  table["jgsess_relu_mask_grad"] =
-      Platforms(ReluMaskGradCpu, ReluMaskGradCuda, ReluMaskGradCudaLoad);
   return table;
 }
 

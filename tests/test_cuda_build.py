@@ -5,11 +5,13 @@ and each fits the registers its launch bounds allow; every kernel declares its l
 
 from __future__ import annotations
 
+import functools
 import glob
 import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -81,7 +83,7 @@ def test_every_kernel_fits_its_launch_without_stack_or_spills():
     assert built == {f"sm_{a}" for a in _native.cuda_build()["sm"]}, built
 
 
-def ptx_entries(source: str) -> dict[str, str]:
+def compile_ptx(source: str) -> dict[str, str]:
     """Entry function (mangled name) -> its PTX body, of one .cu file compiled for compute_90."""
     import jax.ffi
 
@@ -95,6 +97,18 @@ def ptx_entries(source: str) -> dict[str, str]:
     starts = [(m.start(), m.group(1)) for m in re.finditer(r"\.entry (\w+)\(", ptx)]
     ends = [s for s, _ in starts[1:]] + [len(ptx)]
     return {name: ptx[s:e] for (s, name), e in zip(starts, ends)}
+
+
+@functools.cache
+def every_ptx() -> dict[str, dict[str, str]]:
+    """compile_ptx of every source the tests read, compiled side by side (nvcc is serial)."""
+    sources = ["csrc/kernels/batch_norm/batch_norm_cuda.cu", *VECTOR_KERNELS]
+    with ThreadPoolExecutor(len(sources)) as pool:
+        return dict(zip(sources, pool.map(compile_ptx, sources)))
+
+
+def ptx_entries(source: str) -> dict[str, str]:
+    return every_ptx()[source]
 
 
 WIDE_DIVISION = re.compile(r"\b(?:div|rem)\.[su]64\b")
@@ -113,3 +127,92 @@ def test_batch_norm_indexes_elements_without_a_64_bit_division_each():
     assert len(WIDE_DIVISION.findall(by_kernel["SumsFirst"])) <= 2
     for narrow in ("NormalizeIj", "InputGradIj"):
         assert not WIDE_DIVISION.search(by_kernel[narrow]), narrow
+
+
+LABEL = re.compile(r"^(\$L__\w+):", re.M)
+BRANCH = re.compile(r"^\s*(@!?%p\d+\s+)?bra(?:\.uni)?\s+(\$L__\w+);", re.M)
+
+
+def loops(body: str) -> list[str]:
+    """The PTX of each loop of an entry (a strongly connected set of its basic blocks, in
+    layout order), from its control-flow graph: a block falls through to the next unless it
+    ends in an unconditional branch or a return."""
+    marks = list(LABEL.finditer(body))
+    names = ["entry"] + [m.group(1) for m in marks]
+    texts = [body[: marks[0].start()] if marks else body] + [
+        body[m.start() : (marks[i + 1].start() if i + 1 < len(marks) else len(body))]
+        for i, m in enumerate(marks)
+    ]
+    index = {name: i for i, name in enumerate(names)}
+    edges: list[list[int]] = []
+    for i, text in enumerate(texts):
+        out = [index[m.group(2)] for m in BRANCH.finditer(text) if m.group(2) in index]
+        last = [line.strip() for line in text.strip().splitlines() if line.strip()][-1]
+        unconditional = re.match(r"(bra(\.uni)?\s|ret;)", last) is not None
+        if not unconditional and i + 1 < len(texts):
+            out.append(i + 1)
+        edges.append(out)
+    # Tarjan's strongly connected components
+    order, low, on_stack, stack, components = {}, {}, set(), [], []
+
+    def visit(v: int) -> None:
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in edges[v]:
+                components.append(sorted(component))
+
+    for v in range(len(texts)):
+        if v not in order:
+            visit(v)
+    return ["".join(texts[i] for i in component) for component in components]
+
+
+def vector_loops(body: str) -> list[str]:
+    return [loop for loop in loops(body) if "ld.global.v4" in loop]
+
+
+# an element-wise kernel's families, by the mangled name's kernel, and the element types of
+# the instances every form has (adamw: f32 throughout, bf16 parameters with f32 moments)
+VECTOR_KERNELS = {
+    "csrc/kernels/adamw/adamw_cuda.cu": "AdamwKernel",
+    "csrc/kernels/momentum/momentum_cuda.cu": "MomentumKernel",
+    "csrc/kernels/cast_all/cast_all_cuda.cu": "CastAllKernel",
+    "csrc/kernels/global_norm/global_norm_cuda.cu": "PartialSums",
+}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("source", sorted(VECTOR_KERNELS))
+def test_elementwise_kernels_move_16_bytes_per_access_in_loops_that_read_no_parameters(source):
+    """Every form of the multi-tensor kernels has a loop of 16-byte loads (`ld.global.v4`) and,
+    but for the norm, 16-byte stores: a block picks its instance for its tensor's types once
+    (common/multi_tensor_cuda.cuh: PartLoop), so the loop loads no element type and no pointer
+    from the parameter space, moves no element alone (a per-element type branch would), and
+    indexes in 32 bits (no 64-bit multiply)."""
+    entries = {n: b for n, b in ptx_entries(source).items() if VECTOR_KERNELS[source] in n}
+    assert entries
+    for name, body in entries.items():
+        found = vector_loops(body)
+        assert found, f"{name}: no loop of 16-byte loads"
+        if "PartialSums" not in name:
+            assert any("st.global.v4" in loop for loop in found), f"{name}: no 16-byte stores"
+        for loop in found:
+            assert "ld.param" not in loop, f"{name}: reads its parameters in the vector loop"
+            scalar = re.findall(r"\b(?:ld|st)\.global\.(?!v[24]\b)\S+", loop)
+            assert not scalar, f"{name}: elements moved alone in the vector loop: {scalar[:3]}"
+            assert not re.search(r"\bmul\.(?:lo|wide)\.[su]64\b", loop), name

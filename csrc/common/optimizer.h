@@ -1,14 +1,13 @@
 // What the optimizer kernels' element math shares (adamw, momentum).
 #pragma once
 
-#include "common/host_device.h"
-
-#if defined(__CUDACC__)
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#else
 #include <cstdint>
 #include <cstring>
+
+#include "common/host_device.h"
+
+#if defined(__CUDACC__) || defined(JGSESS_SIMT_EMULATOR)
+#include <cuda_fp16.h>
 #endif
 
 namespace jgsess {
@@ -25,26 +24,33 @@ struct InF32 {
 
 // Narrow math's values are bf16/f16 values, their operations' f32 results and the f32 widening
 // of the update's bf16/f16 hyper-parameters: a NaN among them carries its payload in the top 16
-// bits (f32 operations keep an operand NaN's payload or make the default NaN), so on the host
-// InBf16 rounds with the integer carry alone: the carry never reaches a NaN's payload, and an
-// overflow rounds to infinity, as it should.
+// bits (f32 operations keep an operand NaN's payload or make the default NaN), so InBf16 rounds
+// with the integer carry alone, on the host and on a GPU: the carry never reaches a NaN's
+// payload, and an overflow rounds to infinity, as it should.
 struct InBf16 {
   JGSESS_HOST_DEVICE float operator()(float x) const {
-#if defined(__CUDACC__)
-    return __bfloat162float(__float2bfloat16_rn(x));
-#else
     uint32_t bits;
-    std::memcpy(&bits, &x, sizeof(bits));
+    memcpy(&bits, &x, sizeof(bits));
     bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-    std::memcpy(&x, &bits, sizeof(x));
+    memcpy(&x, &bits, sizeof(x));
     return x;
-#endif
   }
 };
 
+// On the host, the compiler's f16 conversion (to nearest even; a NaN quieted, its payload's top
+// 10 bits kept). On a GPU, whose conversion makes every NaN the canonical one, a NaN is kept as
+// the host keeps it (compiled in the SIMT emulator too, where tests compare the two on every
+// f16 bit pattern: tests/kernels/test_momentum.py).
 struct InF16 {
   JGSESS_HOST_DEVICE float operator()(float x) const {
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(JGSESS_SIMT_EMULATOR)
+    if (x != x) {
+      uint32_t bits;
+      memcpy(&bits, &x, sizeof(bits));
+      bits = (bits & 0xffffe000u) | 0x00400000u;
+      memcpy(&x, &bits, sizeof(x));
+      return x;
+    }
     return __half2float(__float2half_rn(x));
 #else
     return static_cast<float>(static_cast<_Float16>(x));

@@ -44,13 +44,36 @@ inline std::string TypeName(DataType t) {
   }
 }
 
-// "bfloat16[3,4]": a buffer's dtype and shape as jax prints them, for error messages.
-inline std::string Describe(const Buffer& b) {
-  std::string text = TypeName(b.element_type()) + "[";
+// "bfloat16[3,4]": a buffer's dtype and shape as jax prints them, for error messages (`type`
+// for a buffer typed at compile time).
+template <typename B>
+std::string Describe(const B& b, DataType type) {
+  std::string text = TypeName(type) + "[";
   const auto dims = b.dimensions();
   for (size_t i = 0; i < dims.size(); ++i) text += (i ? "," : "") + std::to_string(dims[i]);
   return text + "]";
 }
+
+inline std::string Describe(const Buffer& b) { return Describe(b, b.element_type()); }
+
+// The first failed check of a buffer, as "<what> is <dtype[shape]>; expected <expected>".
+class FirstProblem {
+ public:
+  template <typename B>
+  void Check(bool ok, const std::string& what, const B& b, DataType type,
+             const std::string& expected) {
+    if (!ok && problem_.empty())
+      problem_ = what + " is " + Describe(b, type) + "; expected " + expected;
+  }
+  void Check(bool ok, const std::string& what, const Buffer& b, const std::string& expected) {
+    Check(ok, what, b, b.element_type(), expected);
+  }
+  bool found() const { return !problem_.empty(); }
+  const std::string& text() const { return problem_; }
+
+ private:
+  std::string problem_;
+};
 
 template <int kIn, int kOut>
 struct TensorSlots {

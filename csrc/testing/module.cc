@@ -1,13 +1,13 @@
 // jgsess's test-only extension `_testing` (tests/native/build.py; never in the wheel): the SIMT
-// emulator of the CUDA kernels (csrc/emulator/), the host machinery's test hooks (csrc/checks/)
-// and the benchmarks' bandwidth probes (csrc/bench/).
-#include "emulator/module.h"
+// emulator of the CUDA kernels (csrc/testing/emulator/), the host machinery's test hooks
+// (csrc/testing/checks/) and the benchmarks' bandwidth probes (csrc/testing/bench/).
+#include "testing/emulator/module.h"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "bench/stream.h"
-#include "checks/parallel_for.h"
+#include "testing/bench/stream.h"
+#include "testing/checks/parallel_for.h"
 
 PYBIND11_MODULE(_testing, m) {
   m.doc() = "jgsess's test-only hooks: the SIMT emulator, host checks, bandwidth probes";

@@ -2,10 +2,11 @@
 computes it [Apex's multi_tensor_l2norm].
 
 Operands x_i (f32, bf16 or f16); result: the norm, f32. Each tensor is summed chunk by chunk
-(CHUNK elements, one partial sum each in the workspace arena), the chunks in order, and the
-tensors' sums in order from left to right as optax's Python `sum` does. Within a tensor the
-additions are grouped differently from XLA's reduction, which is free to group them as it likes
-too: the result agrees with XLA's to float32 rounding, not bit for bit.
+(CHUNK elements, partial sums in the workspace arena, 8 bytes per chunk). On the CPU the
+chunks add up in order and the tensors' sums from left to right, as optax's Python `sum` does;
+the CUDA kernel writes two partials per chunk and adds them all in a fixed tree. The additions
+are grouped differently from XLA's reduction, which is free to group them as it likes too: the
+result agrees with XLA's to float32 rounding, not bit for bit.
 """
 
 from __future__ import annotations

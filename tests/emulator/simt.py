@@ -1,6 +1,7 @@
-"""The SIMT emulator (csrc/emulator/) from Python: jgsess's CUDA handlers, compiled as C++ into
-the test-only extension tests/native/_testing (built by `make test`: tests/native/build.py),
-registered as CPU FFI targets `jgsess_simt_<name>`, and kernel specs routed to them."""
+"""The SIMT emulator (csrc/testing/emulator/) from Python: jgsess's CUDA handlers, compiled as
+C++ into the test-only extension tests/native/_testing (built by `make test`:
+tests/native/build.py), registered as CPU FFI targets `jgsess_simt_<name>`, and kernel specs
+routed to them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The SIMT emulator's own tests: each check fires on a kernel broken for it (csrc/emulator/
+"""The SIMT emulator's own tests: each check fires on a kernel broken for it (csrc/testing/emulator/
 broken.cu) and on no correct kernel; the emulated hardware's arithmetic is the GPU's."""
 
 import jax
@@ -59,6 +59,16 @@ def test_a_correct_kernel_passes_every_check():
             "\\(3,0,0\\) thread \\(232,0,0\\) exited without it\\)",
         ),
         ("shuffle_exited_lane", "__shfl_down_sync mask names lane 8, which has exited"),
+        (
+            "shuffle_outside_mask",
+            "__shfl_down_sync at Neighbors block \\(\\d,0,0\\) thread \\(\\d+,0,0\\) reads "
+            "lane 16, which its mask does not name",
+        ),
+        (
+            "misaligned_vector_access",
+            "misaligned 16-byte access at 0x[0-9a-f]+, .*operand 0.* by Neighbors block "
+            "\\(0,0,0\\) thread \\(0,0,0\\)",
+        ),
         ("ballot_exited_lane", "__ballot_sync mask names lane 8, which has exited"),
         ("result_unwritten", "result 0 element 1 was never written"),
         ("operand_written", "operand 0 changed, though no result aliases it"),

@@ -2,11 +2,12 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jgsess.kernels import global_norm, momentum
 from tests.kernels.bad_calls import multi_tensor
-from tests.kernels.common import SIZES, check
+from tests.kernels.common import SIZES, assert_custom_call, check, kernel_fn
 
 pytestmark = pytest.mark.usefixtures("kernels")
 
@@ -58,6 +59,28 @@ def test_narrow_math_gives_the_bits_of_the_update_written_in_its_dtype(flags, dt
     # optax's sgd with a narrow parameter's accumulator where it has no native f16 arithmetic
     ops = narrow_operands(SIZES, dtype, flags)
     check(momentum.SPEC, ops, exact=True, op_by_op=True, flags=flags)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_cuda_narrow_math_rounds_as_the_cpus_on_every_bit_pattern(dtype, cuda_device, monkeypatch):
+    """The CUDA kernel's rounding (common/optimizer.h's InBf16/InF16 as compiled for a GPU, the
+    emulator included, and the stores' conversions) gives the CPU kernel's bits on operands
+    that take each of the 65,536 bit patterns of `dtype`, NaNs with payloads and infinities
+    included."""
+    patterns = np.arange(1 << 16, dtype=np.uint16).view(dtype)
+    tensors = [jnp.asarray(np.roll(patterns, shift)) for shift in (0, 12_345, 777)]
+    scalars = [jnp.float32(jnp.asarray(s, dtype)) for s in (0.05, 0.9, 1e-3, 1 / 512)]
+    flags = momentum.Flag.NARROW | momentum.Flag.NESTEROV | momentum.Flag.WEIGHT_DECAY
+    ops = scalars + tensors
+    fn = kernel_fn(momentum.SPEC, flags=flags)
+    assert_custom_call(momentum.SPEC, fn, *ops, device=cuda_device)
+    got = fn(*jax.device_put(ops, cuda_device))
+    monkeypatch.undo()  # the CPU kernel, where the emulated one ran
+    cpu_fn = kernel_fn(momentum.SPEC, flags=flags)
+    assert_custom_call(momentum.SPEC, cpu_fn, *ops, device=jax.devices("cpu")[0])
+    want = cpu_fn(*jax.device_put(ops, jax.devices("cpu")[0]))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g).view(np.uint16), np.asarray(w).view(np.uint16))
 
 
 def test_non_finite_values_propagate():

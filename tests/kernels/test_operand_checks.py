@@ -122,3 +122,41 @@ def test_a_malformed_call_says_which_operand_and_what_was_expected(case, message
         outs = outs[:5]
     with pytest.raises(Exception, match=message):
         call("jgsess_adamw", [*hyper, *ins], outs, flags=0)()
+
+
+@pytest.mark.parametrize(
+    "target, case, message",
+    [
+        (
+            "jgsess_batch_norm_relu",
+            "a short scale",
+            r"batch_norm_relu: scale is float32\[3\]; expected float32 of 64 elements \(x's "
+            r"channels\)",
+        ),
+        (
+            "jgsess_batch_norm_relu_grad",
+            "an f32 dx for a bf16 x",
+            r"dx is float32\[\d+,64\]; expected bfloat16 \(x's dtype\) of \d+ elements \(as x\)",
+        ),
+        ("jgsess_batch_norm_relu", "a short mask", r"the mask is uint32\[1\]; expected uint32 of"),
+        ("jgsess_batch_norm_relu", "a bad axis", r"axis 2 is outside x \(bfloat16\[\d+,64\]\)"),
+        (
+            "jgsess_batch_norm_relu",
+            "a workspace past the arena",
+            r"the workspace \(\d+ bytes at offset 64\) does not fit the arena \(\d+ bytes\)",
+        ),
+        (
+            "jgsess_global_norm",
+            "a workspace too large",
+            r"global_norm: the workspace \(\d+ bytes for \d+ chunks, at offset \d+, 4-byte "
+            r"aligned\) does not fit the arena \(\d+ bytes\)",
+        ),
+    ],
+)
+def test_a_malformed_workspace_kernel_call_says_what_is_wrong(target, case, message):
+    from tests.kernels import test_batch_norm, test_global_norm
+
+    calls = {**test_batch_norm.malformed_calls(), **test_global_norm.malformed_calls()}
+    _, bad = calls[target]
+    with pytest.raises(Exception, match=message):
+        bad[case]()

@@ -1,7 +1,7 @@
 """Builds the test-only extension tests/native/_testing (csrc/testing/module.cc): jgsess's CUDA
-sources compiled as C++ for the SIMT emulator (csrc/emulator/), the host machinery's test hooks
-(csrc/checks/) and the benchmarks' bandwidth probes (csrc/bench/). It needs only the C++
-compiler, and is never part of the wheel.
+sources compiled as C++ for the SIMT emulator (csrc/testing/emulator/), the host machinery's
+test hooks (csrc/testing/checks/) and the benchmarks' bandwidth probes (csrc/testing/bench/).
+It needs only the C++ compiler, and is never part of the wheel.
 
     python tests/native/build.py        (make test and make bench run it)
 """
@@ -24,13 +24,15 @@ CSRC = ROOT / "csrc"
 # the CUDA sources, the probes and the module, then the emulator's (simt.cc last: it holds the
 # shared-memory section's closing page), relative to csrc/
 PROBES = sorted(
-    str(p.relative_to(CSRC)) for p in (*CSRC.glob("checks/*.cc"), *CSRC.glob("bench/*.cc"))
+    str(p.relative_to(CSRC))
+    for p in (*CSRC.glob("testing/checks/*.cc"), *CSRC.glob("testing/bench/*.cc"))
 )
 SOURCES = (
     sorted(str(p.relative_to(CSRC)) for p in CSRC.glob("kernels/*/*.cu"))
     + PROBES
-    + ["testing/module.cc", "emulator/broken.cu", "emulator/guard.cc", "emulator/module.cc"]
-    + ["emulator/simt.cc"]
+    + ["testing/module.cc", "testing/emulator/broken.cu", "testing/emulator/guard.cc"]
+    + ["testing/emulator/module.cc"]
+    + ["testing/emulator/simt.cc"]
 )
 # the probes as jgsess._C's code is built (setup.py): their loops vectorized as the kernels' are
 PROBE_FLAGS = ["-O3", "-fopenmp-simd"]
@@ -62,9 +64,9 @@ def compile_one(source: Path, objects: Path, csrc: Path, headers_mtime: float) -
     obj = objects / (str(source.relative_to(csrc)).replace("/", "-") + ".o")
     if obj.exists() and obj.stat().st_mtime > max(source.stat().st_mtime, headers_mtime):
         return str(obj)
-    cuda = ["-x", "c++", "-include", "emulator/simt.h"] if source.suffix == ".cu" else []
+    cuda = ["-x", "c++", "-include", "testing/emulator/simt.h"] if source.suffix == ".cu" else []
     probe = PROBE_FLAGS if str(source.relative_to(csrc)) in PROBES else []
-    includes = [f"-I{csrc / 'emulator/cuda'}", f"-I{csrc}"]
+    includes = [f"-I{csrc / 'testing/emulator/cuda'}", f"-I{csrc}"]
     cxx = os.environ.get("CXX", "g++")
     command = [cxx, *includes, *FLAGS, *probe, *cuda, "-c", str(source), "-o", str(obj)]
     subprocess.run(command, check=True)

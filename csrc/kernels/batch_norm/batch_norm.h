@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "common/ffi.h"
@@ -39,7 +40,10 @@ struct BnShape {
 inline ffi::ErrorOr<BnShape> BnShapeOf(const Buffer& x, int64_t axis) {
   const auto dims = x.dimensions();
   const int64_t rank = static_cast<int64_t>(dims.size());
-  if (axis < 0 || axis >= rank) return Invalid("batch_norm", "bad axis");
+  if (axis < 0 || axis >= rank) {
+    return Invalid("batch_norm",
+                   "axis " + std::to_string(axis) + " is outside x (" + Describe(x) + ")");
+  }
   BnShape shape;
   for (int64_t d = 0; d < rank; ++d) {
     if (d < axis) shape.outer *= dims[d];
@@ -68,6 +72,36 @@ inline int64_t BnWorkspaceBytes(const BnShape& s) {
 
 inline bool BnSized(size_t count, int64_t want) { return static_cast<int64_t>(count) == want; }
 
+// What a BatchNorm call's buffers must be, from x's shape: per element as x, per channel, and
+// the ReLU's mask; each check names the buffer and what it should have been.
+struct BnExpected {
+  const BnShape& s;
+  FirstProblem problems;
+
+  static constexpr const char* kFloat = "float32, bfloat16 or float16";
+  std::string Elements() const { return std::to_string(s.size()) + " elements (as x)"; }
+
+  void Floats(const char* name, const Buffer& b) {
+    problems.Check(IsKernelFloat(b.element_type()) && BnSized(b.element_count(), s.size()), name, b,
+                   std::string(kFloat) + " of " + Elements());
+  }
+  void Like(const char* name, const Buffer& b, const char* other, DataType type) {
+    problems.Check(b.element_type() == type && BnSized(b.element_count(), s.size()), name, b,
+                   TypeName(type) + " (" + other + "'s dtype) of " + Elements());
+  }
+  template <typename B>
+  void Channels(const char* name, const B& b) {
+    problems.Check(BnSized(b.element_count(), s.channels), name, b, DataType::F32,
+                   "float32 of " + std::to_string(s.channels) + " elements (x's channels)");
+  }
+  template <typename B>
+  void Mask(const B& b) {
+    problems.Check(
+        BnSized(b.element_count(), (s.size() + 31) / 32), "the mask", b, DataType::U32,
+        "uint32 of " + std::to_string((s.size() + 31) / 32) + " words (a bit per element)");
+  }
+};
+
 // x's shape, once the forward's operands and results are checked against it.
 inline ffi::ErrorOr<BnShape> BnForwardShape(const Buffer& x, const ffi::Buffer<ffi::F32>& scale,
                                             const ffi::Buffer<ffi::F32>& bias, const Buffer* z,
@@ -78,14 +112,16 @@ inline ffi::ErrorOr<BnShape> BnForwardShape(const Buffer& x, const ffi::Buffer<f
   auto shape = BnShapeOf(x, axis);
   if (shape.has_error()) return shape;
   const BnShape s = *shape;
-  const bool fits =
-      IsKernelFloat(x.element_type()) && IsKernelFloat(y.element_type()) &&
-      BnSized(y.element_count(), s.size()) && BnSized(mask.element_count(), (s.size() + 31) / 32) &&
-      BnSized(scale.element_count(), s.channels) && BnSized(bias.element_count(), s.channels) &&
-      BnSized(mean.element_count(), s.channels) && BnSized(var.element_count(), s.channels) &&
-      (z == nullptr ||
-       (z->element_type() == y.element_type() && BnSized(z->element_count(), s.size())));
-  if (!fits) return Invalid("batch_norm_relu", "operands do not fit x");
+  BnExpected want{s, {}};
+  want.Floats("x", x);
+  want.Floats("y", y);
+  want.Mask(mask);
+  want.Channels("scale", scale);
+  want.Channels("bias", bias);
+  want.Channels("mean", mean);
+  want.Channels("var", var);
+  if (z != nullptr) want.Like("z", *z, "y", y.element_type());
+  if (want.problems.found()) return Invalid("batch_norm_relu", want.problems.text());
   return s;
 }
 
@@ -100,26 +136,34 @@ inline ffi::ErrorOr<BnShape> BnBackwardShape(const Buffer& dy, const Buffer& x,
   auto shape = BnShapeOf(x, axis);
   if (shape.has_error()) return shape;
   const BnShape s = *shape;
-  const bool fits =
-      IsKernelFloat(x.element_type()) && IsKernelFloat(dy.element_type()) &&
-      dx.element_type() == x.element_type() && BnSized(dy.element_count(), s.size()) &&
-      BnSized(mask.element_count(), (s.size() + 31) / 32) &&
-      BnSized(scale.element_count(), s.channels) && BnSized(mean.element_count(), s.channels) &&
-      BnSized(var.element_count(), s.channels) && BnSized(dscale.element_count(), s.channels) &&
-      BnSized(dbias.element_count(), s.channels) &&
-      (dz == nullptr ||
-       (dz->element_type() == dy.element_type() && BnSized(dz->element_count(), s.size())));
-  if (!fits) return Invalid("batch_norm_relu_grad", "operands do not fit x");
+  BnExpected want{s, {}};
+  want.Floats("x", x);
+  want.Floats("dy", dy);
+  want.Like("dx", dx, "x", x.element_type());
+  want.Mask(mask);
+  want.Channels("scale", scale);
+  want.Channels("mean", mean);
+  want.Channels("var", var);
+  want.Channels("dscale", dscale);
+  want.Channels("dbias", dbias);
+  if (dz != nullptr) want.Like("dz", *dz, "dy", dy.element_type());
+  if (want.problems.found()) return Invalid("batch_norm_relu_grad", want.problems.text());
   return s;
 }
 
 // The kernel's workspace: `BnWorkspaceBytes(s)` at `offset` in the arena, 8-byte aligned (its
 // partial sums are f64; the planner aligns every workspace to 64 bytes).
 inline ffi::ErrorOr<char*> BnWorkspace(Buffer& arena, int64_t offset, const BnShape& s) {
-  if (offset < 0 || offset + BnWorkspaceBytes(s) > static_cast<int64_t>(arena.size_bytes())) {
-    return Invalid("batch_norm", "the workspace does not fit the arena");
+  const int64_t bytes = BnWorkspaceBytes(s), arena_bytes = static_cast<int64_t>(arena.size_bytes());
+  if (offset < 0 || offset > arena_bytes || bytes > arena_bytes - offset) {
+    return Invalid("batch_norm", "the workspace (" + std::to_string(bytes) + " bytes at offset " +
+                                     std::to_string(offset) + ") does not fit the arena (" +
+                                     std::to_string(arena_bytes) + " bytes)");
   }
-  if (offset % 8 != 0) return Invalid("batch_norm", "the workspace offset is not 8-byte aligned");
+  if (offset % 8 != 0) {
+    return Invalid("batch_norm",
+                   "the workspace offset " + std::to_string(offset) + " is not 8-byte aligned");
+  }
   return static_cast<char*>(arena.untyped_data()) + offset;
 }
 

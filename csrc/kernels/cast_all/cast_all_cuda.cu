@@ -1,4 +1,4 @@
-// Multi-tensor cast on CUDA: one block per 64K-element chunk, one launch for many tensors.
+// Multi-tensor cast on CUDA: kParts blocks per 64K-element chunk, one launch for many tensors.
 #include "common/ffi.h"
 #include "common/multi_tensor_cuda.cuh"
 #include "kernels/cast_all/cast_all.h"
@@ -8,13 +8,25 @@ namespace {
 
 using CastTable = TensorTable<2>;  // x, y
 
+template <typename X>
+__device__ void CastFrom(const CastTable& table, const Part& part) {
+  const auto copy = [](const float (&x)[1], float (&y)[1]) { y[0] = x[0]; };
+  switch (table.type[1][part.tensor]) {
+    case Elem::kBF16: PartLoop<Types<X>, Types<BF16>>::Run(table, part, copy); break;
+    case Elem::kF16: PartLoop<Types<X>, Types<F16>>::Run(table, part, copy); break;
+    default: PartLoop<Types<X>, Types<F32>>::Run(table, part, copy);
+  }
+}
+
+// An instance per pair of types (f32, bf16, f16), chosen once per block.
 __global__ void __launch_bounds__(kCudaBlock)
     CastAllKernel(const __grid_constant__ CastTable table) {
-  const int t = table.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(table.size[t], begin + kChunk);
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    StoreF32(table.ptr[1][t], table.type[1][t], i, LoadF32(table.ptr[0][t], table.type[0][t], i));
+  const Part part = BlockPart(table);
+  if (part.count == 0) return;
+  switch (table.type[0][part.tensor]) {
+    case Elem::kBF16: CastFrom<BF16>(table, part); break;
+    case Elem::kF16: CastFrom<F16>(table, part); break;
+    default: CastFrom<F32>(table, part);
   }
 }
 
@@ -22,7 +34,7 @@ ffi::Error CastAllCudaImpl(cudaStream_t stream, Args args, Rets rets) {
   auto tensors = ParseTensors<1, 1>("cast_all", args, 0, &rets);
   if (tensors.has_error()) return tensors.error();
   cudaError_t err = MultiTensorApply<1, 1>(*tensors, [&](const CastTable& t, int blocks) {
-    JGSESS_LAUNCH(CastAllKernel, blocks, kCudaBlock, 0, stream)(t);
+    JGSESS_LAUNCH(CastAllKernel, blocks * kParts, kCudaBlock, 0, stream)(t);
   });
   return CudaStatus("cast_all", err);
 }

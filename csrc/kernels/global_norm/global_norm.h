@@ -1,10 +1,11 @@
 // The global norm of many tensors, sqrt(sum over tensors of sum(x*x)), as optax's
 // clip_by_global_norm computes it [Apex's multi_tensor_l2norm].
 //
-// Each tensor is cut into chunks of kChunk elements; a chunk's sum of squares is one f32
-// partial in the workspace (in the program's workspace arena). A tensor's sum adds its partials
-// in chunk order, and the total adds the tensors' sums in order, left to right, as optax's
-// Python sum does: the result does not depend on how many threads or blocks ran.
+// Each tensor is cut into chunks of kChunk elements, whose sums of squares are f32 partials in
+// the workspace (in the program's workspace arena): one per chunk on the CPU, where a tensor's
+// sum adds its partials in chunk order and the total adds the tensors' sums left to right, as
+// optax's Python sum does; one per block (two per chunk) on CUDA, added in a fixed tree. Either
+// way the result does not depend on how many threads or blocks ran.
 #pragma once
 
 #include <cstdint>
@@ -36,10 +37,17 @@ inline ffi::ErrorOr<NormCall> ParseNorm(const Buffer& arena, Args& args, Buffer&
   for (const auto& t : *tensors) items += NormItems(t.size);
   const auto bytes = static_cast<int64_t>(arena_out.size_bytes());
   if (static_cast<int64_t>(arena.size_bytes()) != bytes) {
-    return Invalid("global_norm", "the arena result differs from the arena in size");
+    return Invalid("global_norm", "the arena result (" + std::to_string(bytes) +
+                                      " bytes) differs from the arena (" +
+                                      std::to_string(arena.size_bytes()) + " bytes) in size");
   }
-  if (offset < 0 || offset % 4 != 0 || offset > bytes || items * bytes_per_item > bytes - offset) {
-    return Invalid("global_norm", "the workspace does not fit the arena");
+  const int64_t need = items * bytes_per_item;
+  if (offset < 0 || offset % 4 != 0 || offset > bytes || need > bytes - offset) {
+    return Invalid("global_norm", "the workspace (" + std::to_string(need) + " bytes for " +
+                                      std::to_string(items) + " chunks, at offset " +
+                                      std::to_string(offset) +
+                                      ", 4-byte aligned) does not fit the arena (" +
+                                      std::to_string(bytes) + " bytes)");
   }
   return NormCall{std::move(*tensors), items,
                   static_cast<char*>(arena_out.untyped_data()) + offset};

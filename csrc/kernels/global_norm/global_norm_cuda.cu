@@ -1,8 +1,6 @@
-// Global norm on CUDA: one block per chunk writes its partial sum (and whether it starts a
-// tensor) into the workspace, launched by the shared multi-tensor launcher; one more block adds
-// them up: each thread the tensors starting in its share of the chunks (a tensor's partials in
-// chunk order, the tensors in order), then the threads' sums in a fixed tree. No host
-// synchronization; the result does not depend on scheduling.
+// Global norm on CUDA: each block (kParts per chunk) writes its partial sum into the workspace,
+// launched by the shared multi-tensor launcher; one more block adds them up in a fixed order.
+// No host synchronization; the result does not depend on scheduling.
 #include "common/ffi.h"
 #include "common/multi_tensor_cuda.cuh"
 #include "kernels/global_norm/global_norm.h"
@@ -12,19 +10,26 @@ namespace {
 
 using NormTable = TensorTable<1>;  // x
 
-// workspace: partial[items], then starts[items] (1.0 where a chunk is its tensor's first);
-// `base` is the number of chunks earlier launches covered
-__global__ void __launch_bounds__(kCudaBlock)
-    PartialSums(const __grid_constant__ NormTable table, float* partial, float* starts,
-                int64_t base) {
-  __shared__ float warp_sums[kCudaBlock / 32];
-  const int t = table.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(table.size[t], begin + kChunk);
+// The sum of the squares of this thread's elements of the block's part (an instance per type).
+template <typename X>
+__device__ float SumOfSquares(const NormTable& table, const Part& part) {
   float sum = 0.0f;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float x = LoadF32(table.ptr[0][t], table.type[0][t], i);
-    sum += x * x;
+  PartLoop<Types<X>, Types<>>::Run(
+      table, part, [&sum](const float (&x)[1], float (&)[1]) { sum += x[0] * x[0]; });
+  return sum;
+}
+
+// workspace: one partial sum per block; `base` is the number of table entries (chunks) earlier
+// launches covered
+__global__ void __launch_bounds__(kCudaBlock)
+    PartialSums(const __grid_constant__ NormTable table, float* partial, int64_t base) {
+  __shared__ float warp_sums[kCudaBlock / 32];
+  const Part part = BlockPart(table);
+  float sum;
+  switch (table.type[0][part.tensor]) {
+    case Elem::kBF16: sum = SumOfSquares<BF16>(table, part); break;
+    case Elem::kF16: sum = SumOfSquares<F16>(table, part); break;
+    default: sum = SumOfSquares<F32>(table, part);
   }
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
@@ -32,25 +37,19 @@ __global__ void __launch_bounds__(kCudaBlock)
   if (threadIdx.x == 0) {
     float block = 0.0f;
     for (int w = 0; w < kCudaBlock / 32; ++w) block += warp_sums[w];
-    partial[base + blockIdx.x] = block;
-    starts[base + blockIdx.x] = table.block_chunk[blockIdx.x] == 0 ? 1.0f : 0.0f;
+    partial[base * kParts + blockIdx.x] = block;
   }
 }
 
-constexpr int kFinishThreads = 256;
+constexpr int kFinishThreads = 512;
 
+// The `count` partials added in a fixed order: thread k those at k, k + kFinishThreads, ...
+// (independent loads, a few dependent adds each), then the threads' sums in a tree.
 __global__ void __launch_bounds__(kFinishThreads)
-    Finish(const float* partial, const float* starts, int64_t items, float* norm) {
+    Finish(const float* partial, int64_t count, float* norm) {
   __shared__ float sums[kFinishThreads];
-  const int64_t per = (items + kFinishThreads - 1) / kFinishThreads;
-  const int64_t first = threadIdx.x * per, last = min(items, first + per);
   float total = 0.0f;
-  for (int64_t i = first; i < last; ++i) {
-    if (i > 0 && starts[i] == 0.0f) continue;  // its tensor started in an earlier share
-    float sum = partial[i];
-    for (int64_t j = i + 1; j < items && starts[j] == 0.0f; ++j) sum = sum + partial[j];
-    total = total + sum;
-  }
+  for (int64_t i = threadIdx.x; i < count; i += kFinishThreads) total = total + partial[i];
   sums[threadIdx.x] = total;
   __syncthreads();
   for (int half = kFinishThreads / 2; half > 0; half /= 2) {
@@ -63,7 +62,7 @@ __global__ void __launch_bounds__(kFinishThreads)
 ffi::Error GlobalNormCudaImpl(cudaStream_t stream, Buffer arena, Args args,
                               ffi::Result<ffi::BufferR0<ffi::F32>> norm,
                               ffi::Result<Buffer> arena_out, int64_t workspace_offset) {
-  auto call = ParseNorm(arena, args, *arena_out, workspace_offset, 2 * sizeof(float));
+  auto call = ParseNorm(arena, args, *arena_out, workspace_offset, kParts * sizeof(float));
   if (call.has_error()) return call.error();
   // arena and arena_out are one buffer when aliased (always, in a planned program)
   if (arena.untyped_data() != arena_out->untyped_data()) {
@@ -72,14 +71,13 @@ ffi::Error GlobalNormCudaImpl(cudaStream_t stream, Buffer arena, Args args,
     if (err != cudaSuccess) return CudaStatus("global_norm", err);
   }
   float* partial = reinterpret_cast<float*>(call->workspace);
-  float* starts = partial + call->items;
   int64_t base = 0;
   cudaError_t err = MultiTensorApply<1, 0>(call->tensors, [&](const NormTable& table, int blocks) {
-    JGSESS_LAUNCH(PartialSums, blocks, kCudaBlock, 0, stream)(table, partial, starts, base);
+    JGSESS_LAUNCH(PartialSums, blocks * kParts, kCudaBlock, 0, stream)(table, partial, base);
     base += blocks;
   });
   if (err != cudaSuccess) return CudaStatus("global_norm", err);
-  JGSESS_LAUNCH(Finish, 1, kFinishThreads, 0, stream)(partial, starts, call->items,
+  JGSESS_LAUNCH(Finish, 1, kFinishThreads, 0, stream)(partial, call->items * kParts,
                                                       norm->typed_data());
   return CudaStatus("global_norm");
 }

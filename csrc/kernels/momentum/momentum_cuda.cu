@@ -1,4 +1,4 @@
-// Multi-tensor SGD with momentum on CUDA: one block per 64K-element chunk; CUDA-graph safe.
+// Multi-tensor SGD with momentum on CUDA: kParts blocks per 64K-element chunk; CUDA-graph safe.
 #include "common/ffi.h"
 #include "common/multi_tensor_cuda.cuh"
 #include "kernels/momentum/momentum.h"
@@ -8,38 +8,44 @@ namespace {
 
 using MomentumTable = TensorTable<5>;  // p, g, acc, p', acc'
 
-// Elements [begin, end) of tensor t, each operation rounded by q.
-template <int64_t kFlags, typename Q>
-__device__ void MomentumChunk(const MomentumTable& table, const MomentumHyper& h, int t,
-                              int64_t begin, int64_t end, Q q) {
-  const Elem p_type = table.type[0][t], g_type = table.type[1][t], out_type = table.type[3][t];
-  const Elem acc_type = table.type[2][t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float p_new, acc_new;
-    MomentumElement<kFlags>(h, LoadF32(table.ptr[0][t], p_type, i),
-                            LoadF32(table.ptr[1][t], g_type, i),
-                            LoadF32(table.ptr[2][t], acc_type, i), &p_new, &acc_new, q);
-    StoreF32(table.ptr[3][t], out_type, i, p_new);
-    StoreF32(table.ptr[4][t], table.type[4][t], i, acc_new);
-  }
-}
+// An instance per type tuple: parameters and gradients of one type P with an accumulator of type
+// S. Other tuples read their types per element.
+template <typename P, typename S>
+using MomentumLoop = PartLoop<Types<P, P, S>, Types<P, S>>;
 
 template <int64_t kFlags>
 __global__ void __launch_bounds__(kCudaBlock)
     MomentumKernel(const __grid_constant__ MomentumTable table, HyperPtrs<MomentumHyper> hyper) {
+  const Part part = BlockPart(table);
+  if (part.count == 0) return;
   const MomentumHyper h = LoadHyper(hyper);
-  const int t = table.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(table.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(table.size[t], begin + kChunk);
-  WithRounding<Has(kFlags, MomentumFlag::kNarrowMath)>(
-      table.type[0][t], [&](auto q) { MomentumChunk<kFlags>(table, h, t, begin, end, q); });
+  const auto update = [&](auto q) {  // the element math, each operation rounded by q
+    return [&h, q](const float (&in)[3], float (&out)[2]) {
+      MomentumElement<kFlags>(h, in[0], in[1], in[2], &out[0], &out[1], q);
+    };
+  };
+  const int t = part.tensor;
+  if constexpr (Has(kFlags, MomentumFlag::kNarrowMath)) {
+    if (table.type[0][t] == Elem::kBF16) {
+      MomentumLoop<BF16, BF16>::Run(table, part, update(InBf16{}));
+    } else {
+      MomentumLoop<F16, F16>::Run(table, part, update(InF16{}));
+    }
+  } else if (HasTypes(table, t, 0, Types<F32, F32, F32, F32, F32>{})) {
+    MomentumLoop<F32, F32>::Run(table, part, update(InF32{}));
+  } else if (HasTypes(table, t, 0, Types<BF16, BF16, F32, BF16, F32>{})) {
+    MomentumLoop<BF16, F32>::Run(table, part, update(InF32{}));
+  } else {
+    AnyTypesPartLoop<3, 2>(table, part, update(InF32{}));
+  }
 }
 
 ffi::Error MomentumCudaImpl(cudaStream_t stream, Args args, Rets rets, int64_t flags) {
   return DispatchOptimizer<MomentumFamily>(
       args, rets, flags, [&]<int64_t kFlags>(const auto& member, const auto& part) {
         return LaunchTables<MomentumFamily>(part, [&](const MomentumTable& table, int blocks) {
-          JGSESS_LAUNCH(MomentumKernel<kFlags>, blocks, kCudaBlock, 0, stream)(table, member);
+          JGSESS_LAUNCH(MomentumKernel<kFlags>, blocks * kParts, kCudaBlock, 0, stream)(table,
+                                                                                        member);
         });
       });
 }

@@ -2,7 +2,7 @@
 // measured in the benchmarks' own process: the in-place stream with an optimizer's exact traffic
 // (their ceiling) and the STREAM triad (a = b + s*c, a second reference that pays write-allocate
 // traffic for `a`).
-#include "bench/stream.h"
+#include "testing/bench/stream.h"
 
 #include <algorithm>
 #include <chrono>

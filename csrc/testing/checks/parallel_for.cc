@@ -1,5 +1,5 @@
 // A std::thread pool with XLA's ThreadPool interface, and concurrent ParallelFor calls on it.
-#include "checks/parallel_for.h"
+#include "testing/checks/parallel_for.h"
 
 #include <atomic>
 #include <chrono>

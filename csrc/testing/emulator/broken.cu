@@ -3,10 +3,10 @@
 //   y[i] = x[i] + x[block's next, cyclically] + x[i + 1 within the warp, else x[i]]
 //          + (1 if the warp's first element is positive)
 // through shared memory, a barrier, a shuffle and a ballot; each broken one differs from it in
-// one line.
+// a line or two.
 #include "common/ffi.h"
 #include "common/multi_tensor_cuda.cuh"
-#include "emulator/broken.h"
+#include "testing/emulator/broken.h"
 
 namespace jgsess {
 namespace {
@@ -22,6 +22,8 @@ enum class Break {
   kSharedRace,
   kBarrier,
   kShuffle,
+  kShuffleOutsideMask,
+  kMisaligned,
   kBallot,
   kUnwritten,
   kOperandWritten
@@ -40,7 +42,19 @@ __global__ void Neighbors(const float* x, float* y, int64_t n, Break kind) {
   if (kind != Break::kSharedRace) __syncthreads();
   const float next = tile[(t + 1) % kThreads];
   if (kind == Break::kShuffle && i >= n) return;  // lanes past the end skip the shuffle
-  const float down = __shfl_down_sync(kAll, v, 1);
+  float down;
+  if (kind == Break::kShuffleOutsideMask && t % 32 < 16) {
+    down = __shfl_down_sync(0xffffu, v, 1);  // lane 15 reads lane 16, which the mask leaves out
+  } else if (kind == Break::kShuffleOutsideMask) {
+    down = __shfl_down_sync(0xffff0000u, v, 1);
+  } else {
+    down = __shfl_down_sync(kAll, v, 1);
+  }
+  if (kind == Break::kMisaligned && i == 0) {  // a vector load 4 bytes past a 16-byte boundary
+    float vector[kVec];
+    LoadVec(x + 1, vector);
+    v = v + 0.0f * vector[0];
+  }
   if (kind == Break::kBallot && i >= n) return;  // or the ballot
   const unsigned bits = __ballot_sync(kAll, v > 0.0f);
   if (i >= n) return;
@@ -102,6 +116,8 @@ JGSESS_BROKEN(BrokenWriteBeforeStart, jgsess::Break::kWriteBeforeStart);
 JGSESS_BROKEN(BrokenSharedRace, jgsess::Break::kSharedRace);
 JGSESS_BROKEN(BrokenBarrier, jgsess::Break::kBarrier);
 JGSESS_BROKEN(BrokenShuffle, jgsess::Break::kShuffle);
+JGSESS_BROKEN(BrokenShuffleOutsideMask, jgsess::Break::kShuffleOutsideMask);
+JGSESS_BROKEN(BrokenMisaligned, jgsess::Break::kMisaligned);
 JGSESS_BROKEN(BrokenBallot, jgsess::Break::kBallot);
 JGSESS_BROKEN(BrokenUnwritten, jgsess::Break::kUnwritten);
 JGSESS_BROKEN(BrokenOperandWritten, jgsess::Break::kOperandWritten);

@@ -9,7 +9,7 @@
 // call were never written. Operands a result does not alias must come back unchanged. The
 // copies go back to XLA's buffers after the call; emulated calls run one at a time (the
 // kernels' __shared__ variables are one set for the process).
-#include "emulator/guard.h"
+#include "testing/emulator/guard.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -2,7 +2,7 @@
 // every CUDA handler, compiled for the emulator (simt.h) and run on guarded buffers (guard.h),
 // as CPU FFI targets `jgsess_simt_<name>`; and the deliberately broken kernels that show each of
 // the emulator's checks firing.
-#include "emulator/module.h"
+#include "testing/emulator/module.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -12,15 +12,10 @@
 #include <tuple>
 #include <vector>
 
-#include "emulator/broken.h"
-#include "emulator/guard.h"
-#include "emulator/simt.h"
-#include "kernels/adamw/adamw.h"
-#include "kernels/batch_norm/batch_norm.h"
-#include "kernels/cast_all/cast_all.h"
-#include "kernels/global_norm/global_norm.h"
-#include "kernels/momentum/momentum.h"
-#include "kernels/relu_mask/relu_mask.h"
+#include "kernels/kernels.h"
+#include "testing/emulator/broken.h"
+#include "testing/emulator/guard.h"
+#include "testing/emulator/simt.h"
 
 namespace {
 
@@ -47,16 +42,9 @@ void Put(pybind11::dict& table, XLA_FFI_Handler* load) {
 // kernel name (its jgsess_<name> target) -> the emulated CUDA handler
 pybind11::dict Handlers() {
   pybind11::dict table;
-  Put<AdamwCuda, "adamw">(table, AdamwCudaLoad);
-  Put<BatchNormReluCuda, "batch_norm_relu">(table, BatchNormReluCudaLoad);
-  Put<BatchNormAddReluCuda, "batch_norm_add_relu">(table, BatchNormAddReluCudaLoad);
-  Put<BatchNormReluGradCuda, "batch_norm_relu_grad">(table, BatchNormReluGradCudaLoad);
-  Put<BatchNormAddReluGradCuda, "batch_norm_add_relu_grad">(table, BatchNormAddReluGradCudaLoad);
-  Put<CastAllCuda, "cast_all">(table, CastAllCudaLoad);
-  Put<GlobalNormCuda, "global_norm">(table, GlobalNormCudaLoad);
-  Put<MomentumCuda, "momentum">(table, MomentumCudaLoad);
-  Put<ReluMaskCuda, "relu_mask">(table, ReluMaskCudaLoad);
-  Put<ReluMaskGradCuda, "relu_mask_grad">(table, ReluMaskGradCudaLoad);
+#define JGSESS_EMULATE(target, Handler) Put<Handler##Cuda, #target>(table, Handler##CudaLoad);
+  JGSESS_KERNELS(JGSESS_EMULATE)
+#undef JGSESS_EMULATE
   return table;
 }
 
@@ -69,6 +57,8 @@ pybind11::dict Broken() {
   Put<BrokenSharedRace, "shared_race">(table, BrokenLoad);
   Put<BrokenBarrier, "barrier_divergence">(table, BrokenLoad);
   Put<BrokenShuffle, "shuffle_exited_lane">(table, BrokenLoad);
+  Put<BrokenShuffleOutsideMask, "shuffle_outside_mask">(table, BrokenLoad);
+  Put<BrokenMisaligned, "misaligned_vector_access">(table, BrokenLoad);
   Put<BrokenBallot, "ballot_exited_lane">(table, BrokenLoad);
   Put<BrokenUnwritten, "result_unwritten">(table, BrokenLoad);
   Put<BrokenOperandWritten, "operand_written">(table, BrokenLoad);

@@ -1,5 +1,5 @@
 // The SIMT emulator's scheduler and checks (see simt.h).
-#include "emulator/simt.h"
+#include "testing/emulator/simt.h"
 
 #include <setjmp.h>
 #include <signal.h>
@@ -286,9 +286,15 @@ bool ResolveWarp(Block& b, Thread& t) {
     if (std::strcmp(member.op, "__ballot_sync") == 0) {
       member.result = ballot;
     } else {
+      // a source past the warp's end gives the lane its own value; one inside the warp that
+      // the mask does not name is undefined on the hardware
       const int src = lane + static_cast<int>(member.delta);
-      member.result =
-          src < kWarp && ((t.mask >> src) & 1u) ? b.threads[base + src].value : member.value;
+      if (src < kWarp && !((t.mask >> src) & 1u)) {
+        Fail(b, std::string(t.op) + " at " + Where(b, member.id) + " reads lane " +
+                    std::to_string(src) + ", which its mask does not name (undefined on a GPU)");
+        return false;
+      }
+      member.result = src < kWarp ? b.threads[base + src].value : member.value;
     }
     member.state = State::kReady;
   }
@@ -369,6 +375,15 @@ uint32_t WarpBallot(uint32_t mask, bool predicate) {
   return static_cast<uint32_t>(WarpOp("__ballot_sync", mask, predicate ? 1 : 0, 0));
 }
 
+void CheckAligned(const void* address, size_t bytes) {
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  if (at % bytes == 0) return;
+  Block* b = current_block;
+  Fail(*b, "misaligned " + std::to_string(bytes) + "-byte access at " + DescribeAddress(at) +
+               " by " + Where(*b, b->running) + " (a GPU faults)");
+  siglongjmp(b->fault, 1);
+}
+
 std::mutex loaded_mutex;
 std::set<std::pair<int, const void*>> loaded;  // (device, kernel)
 std::atomic<int> device_count{1}, launch_device{-1};
@@ -396,7 +411,8 @@ bool RunGrid(const void* function, const char* kernel, dim3 grid, dim3 block,
   }
   getcontext(&fresh);
   const unsigned blocks = grid.count(), threads = block.count();
-  if (blocks == 0 || threads == 0 || threads > 1024 || grid.y > 65535 || grid.z > 65535) {
+  if (blocks == 0 || threads == 0 || threads > 1024 || grid.x > 0x7fffffffu || grid.y > 65535 ||
+      grid.z > 65535) {
     SetError(9, std::string(kernel) + ": invalid launch configuration (grid " +
                     std::to_string(grid.x) + "x" + std::to_string(grid.y) + "x" +
                     std::to_string(grid.z) + ", block " + std::to_string(threads) + " threads)");

@@ -1,8 +1,9 @@
 // A SIMT emulator for jgsess's CUDA sources, for tests on machines without a GPU.
 //
 // The .cu files compile unchanged as C++ against this header (force-included, with the shims in
-// csrc/emulator/cuda/ standing in for <cuda_runtime.h>, <cuda_bf16.h> and <cuda_fp16.h>); their
-// launches go through JGSESS_LAUNCH (common/launch.cuh), which here runs the grid on the host:
+// csrc/testing/emulator/cuda/ standing in for <cuda_runtime.h>, <cuda_bf16.h> and <cuda_fp16.h>);
+// their launches go through JGSESS_LAUNCH (common/launch.cuh), which here runs the grid on the
+// host:
 //
 //   grid    blocks one after another, in a shuffled order (a kernel may not depend on it)
 //   block   one fiber per thread (ucontext), interleaved at every barrier and warp operation;
@@ -23,7 +24,10 @@
 //                   GCC drops the section attribute __shared__ expands to from static locals of
 //                   function templates: a kernel with __shared__ variables must not be a template
 //   barriers        a __syncthreads that not every thread of the block reaches
-//   warp ops        a mask naming a lane that has exited, or lanes of a mask that never meet
+//   warp ops        a mask naming a lane that has exited, lanes of a mask that never meet, or
+//                   a shuffle reading a lane of the warp its mask does not name
+//   alignment       a 16-byte vector access at an address that is not a multiple of 16
+//                   (JGSESS_CHECK_ALIGNED, common/launch.cuh)
 //   loading         a kernel launched before its handler's instantiate stage loaded its code
 //                   (its first launch might be inside a CUDA graph capture, where loading fails)
 //   results         result bytes the handler never wrote (guard.cc poisons results before the
@@ -68,6 +72,9 @@ void SyncThreads();
 // (the value of lane `lane + delta` of the warp, or this lane's own past the warp's end)
 uint64_t WarpShuffleDown(uint32_t mask, uint64_t value, unsigned delta);
 uint32_t WarpBallot(uint32_t mask, bool predicate);
+// A vector access of `bytes` at `address`: on a GPU it faults unless the address is a multiple
+// of `bytes` (x86 forgives it); the launch fails, naming the address and the thread.
+void CheckAligned(const void* address, size_t bytes);
 
 // Runs body() on every thread of the grid of `kernel` (its function, which must have been
 // loaded: MarkLoaded); false (and LastMessage()) on a checked failure.
@@ -166,6 +173,10 @@ template <typename T>
 inline T max(T a, T b) {
   return a < b ? b : a;
 }
+
+struct uint4 {
+  unsigned x, y, z, w;
+};
 
 struct double2 {
   double x, y;

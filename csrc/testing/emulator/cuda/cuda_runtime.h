@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "emulator/simt.h"
+#include "testing/emulator/simt.h"
 #include "xla/ffi/api/ffi.h"
 
 using cudaStream_t = jgsess::simt::Stream*;
