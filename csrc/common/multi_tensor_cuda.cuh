@@ -77,14 +77,6 @@ inline Elem ElemOf(DataType type) {
   return type == DataType::BF16 ? Elem::kBF16 : type == DataType::F16 ? Elem::kF16 : Elem::kF32;
 }
 
-__device__ __forceinline__ float LoadF32(const void* p, Elem type, int64_t i) {
-  switch (type) {
-    case Elem::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case Elem::kF16: return __half2float(static_cast<const __half*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
 // f32 -> bf16 / f16 rounding to nearest even; a NaN keeps its sign and the top of its payload,
 // quieted, as the CPU kernels' conversions do (the GPU's own make every NaN 0x7fff).
 __device__ __forceinline__ __nv_bfloat16 ToBf16(float v) {
@@ -100,11 +92,35 @@ __device__ __forceinline__ __half ToF16(float v) {
   return __float2half_rn(v);
 }
 
+__device__ __forceinline__ float Widen(float x) { return x; }
+__device__ __forceinline__ float Widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float Widen(__half x) { return __half2float(x); }
+
+template <typename T>
+__device__ __forceinline__ T Narrow(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return ToBf16(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return ToF16(v);
+  } else {
+    return v;
+  }
+}
+
+// Element i of a buffer whose type is known only at run time (Elem), widened / rounded.
+__device__ __forceinline__ float LoadF32(const void* p, Elem type, int64_t i) {
+  switch (type) {
+    case Elem::kBF16: return Widen(static_cast<const BF16*>(p)[i]);
+    case Elem::kF16: return Widen(static_cast<const F16*>(p)[i]);
+    default: return static_cast<const F32*>(p)[i];
+  }
+}
+
 __device__ __forceinline__ void StoreF32(void* p, Elem type, int64_t i, float v) {
   switch (type) {
-    case Elem::kBF16: static_cast<__nv_bfloat16*>(p)[i] = ToBf16(v); break;
-    case Elem::kF16: static_cast<__half*>(p)[i] = ToF16(v); break;
-    default: static_cast<float*>(p)[i] = v;
+    case Elem::kBF16: static_cast<BF16*>(p)[i] = Narrow<BF16>(v); break;
+    case Elem::kF16: static_cast<F16*>(p)[i] = Narrow<F16>(v); break;
+    default: static_cast<F32*>(p)[i] = v;
   }
 }
 
@@ -219,21 +235,6 @@ __device__ __forceinline__ bool HasTypes(const TensorTable<kLists>& table, int t
                                          Types<T...>) {
   int l = first;
   return ((table.type[l++][t] == kElemOf<T>) && ...);
-}
-
-__device__ __forceinline__ float Widen(float x) { return x; }
-__device__ __forceinline__ float Widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float Widen(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T Narrow(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return ToBf16(v);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return ToF16(v);
-  } else {
-    return v;
-  }
 }
 
 // Elements per thread and step: 8 bf16/f16 are one 16-byte access, 8 f32 two.

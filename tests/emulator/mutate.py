@@ -99,8 +99,8 @@ MUTATIONS = [
     (
         "apply: f16 loads read as bf16",
         "common/multi_tensor_cuda.cuh",
-        "case Elem::kF16: return __half2float(static_cast<const __half*>",
-        "case Elem::kF16: return __bfloat162float(static_cast<const __nv_bfloat16*>",
+        "case Elem::kF16: return Widen(static_cast<const F16*>",
+        "case Elem::kF16: return Widen(static_cast<const BF16*>",
         "momentum",
     ),
     (
