@@ -16,6 +16,8 @@ JGSESS_BUCKET_MB=25    the largest all-reduce bucket, in MB (0 turns bucketing o
 JGSESS_STRICT=1        a failure inside the pipeline raises instead of falling back to jax.jit,
                        and so does a jgsess._C that cannot be loaded
 JGSESS_VERIFY=1        check the graph's invariants after every pass (always on in the tests)
+JGSESS_AUTOTUNE=1|0|cached, JGSESS_AUTOTUNE_CACHE=path, JGSESS_AUTOTUNE_BUDGET=s
+                       kernel measurement: see jgsess/autotune.py
 """
 
 from __future__ import annotations
@@ -79,3 +81,20 @@ def buckets() -> str:
 
 def bucket_bytes() -> int:
     return int(float(os.environ.get("JGSESS_BUCKET_MB", "25")) * 2**20)
+
+
+def autotune_mode() -> str:
+    """JGSESS_AUTOTUNE as "measure" (the default), "off" or "cached"."""
+    setting = os.environ.get("JGSESS_AUTOTUNE", "1").strip().lower()
+    if setting == "cached":
+        return "cached"
+    return "off" if setting in ("0", "off", "false") else "measure"
+
+
+def autotune_cache() -> str | None:
+    return os.environ.get("JGSESS_AUTOTUNE_CACHE") or None
+
+
+def autotune_budget() -> float | None:
+    setting = os.environ.get("JGSESS_AUTOTUNE_BUDGET")
+    return float(setting) if setting else None

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import platforms
+from . import _config, platforms
 
 _MIN_REPS, _MAX_REPS = 5, 51
 _TRACE_SHARE = 0.25  # of a function's trace time, spent measuring at most
@@ -67,21 +67,19 @@ class Measurement:
 
 def mode() -> str:
     """JGSESS_AUTOTUNE as "measure", "off" or "cached"."""
-    setting = os.environ.get("JGSESS_AUTOTUNE", "1").strip().lower()
-    if setting == "cached":
-        return "cached"
-    return "off" if setting in ("0", "off", "false") else "measure"
+    return _config.autotune_mode()
 
 
 def cache_path() -> str:
-    default = os.path.join(os.path.expanduser("~"), ".cache", "jgsess", "autotune.json")
-    return os.environ.get("JGSESS_AUTOTUNE_CACHE") or default
+    return _config.autotune_cache() or os.path.join(
+        os.path.expanduser("~"), ".cache", "jgsess", "autotune.json"
+    )
 
 
 def budget(traced: float) -> float:
     """Seconds of measuring for a compilation whose function took `traced` seconds to trace."""
-    setting = os.environ.get("JGSESS_AUTOTUNE_BUDGET")
-    return float(setting) if setting else _TRACE_SHARE * traced
+    setting = _config.autotune_budget()
+    return setting if setting is not None else _TRACE_SHARE * traced
 
 
 def clear_cache() -> None:

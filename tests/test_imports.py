@@ -67,3 +67,21 @@ def test_no_import_cycles():
     for m in sorted(graph):
         if m not in state:
             visit(m)
+
+
+def test_settings_are_read_in_one_place():
+    """Only jgsess/_config.py reads the environment: every JGSESS_* setting is listed there."""
+    readers = []
+    for module, path in modules().items():
+        if not path or module == "jgsess._config":
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"):
+                readers.append(f"{module}:{node.lineno}")
+    assert readers == []
+    with open(os.path.join(PACKAGE, "_config.py")) as f:
+        listed = f.read()
+    for name in ("JGSESS_AUTOTUNE", "JGSESS_AUTOTUNE_CACHE", "JGSESS_AUTOTUNE_BUDGET"):
+        assert name in listed
