@@ -91,8 +91,10 @@ def autotune_mode() -> str:
     return "off" if setting in ("0", "off", "false") else "measure"
 
 
-def autotune_cache() -> str | None:
-    return os.environ.get("JGSESS_AUTOTUNE_CACHE") or None
+def autotune_cache() -> str:
+    """The measurement cache's file: JGSESS_AUTOTUNE_CACHE, else ~/.cache/jgsess/autotune.json."""
+    default = os.path.join(os.path.expanduser("~"), ".cache", "jgsess", "autotune.json")
+    return os.environ.get("JGSESS_AUTOTUNE_CACHE") or default
 
 
 def autotune_budget() -> float | None:

@@ -65,17 +65,6 @@ class Measurement:
         return f"{source}: kernel {self.kernel_s * 1e3:.3f} ms, xla {self.xla_s * 1e3:.3f} ms"
 
 
-def mode() -> str:
-    """JGSESS_AUTOTUNE as "measure", "off" or "cached"."""
-    return _config.autotune_mode()
-
-
-def cache_path() -> str:
-    return _config.autotune_cache() or os.path.join(
-        os.path.expanduser("~"), ".cache", "jgsess", "autotune.json"
-    )
-
-
 def budget(traced: float) -> float:
     """Seconds of measuring for a compilation whose function took `traced` seconds to trace."""
     setting = _config.autotune_budget()
@@ -87,7 +76,7 @@ def clear_cache() -> None:
     global _cache
     _cache = {}
     try:
-        os.remove(cache_path())
+        os.remove(_config.autotune_cache())
     except FileNotFoundError:
         pass
 
@@ -96,7 +85,7 @@ def _load() -> dict[str, dict]:
     global _cache
     if _cache is None:
         try:
-            with open(cache_path()) as f:
+            with open(_config.autotune_cache()) as f:
                 _cache = json.load(f)
         except (OSError, ValueError):
             _cache = {}
@@ -106,7 +95,7 @@ def _load() -> dict[str, dict]:
 def _store(key: str, entry: dict) -> None:
     cache = _load()
     cache[key] = entry
-    path = cache_path()
+    path = _config.autotune_cache()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     # merge with what other processes wrote meanwhile, then replace the file atomically
     try:
@@ -232,7 +221,7 @@ def _measured(kernel: str, key: str, sides, platform: str, log: list, budget: fl
     """The cached decision under `key`, else one measured now with `sides()` (-> kernel
     function, XLA function, operands[, the positions of those donated]), appended to `log`;
     else why there is none (with whether a later compilation will measure it)."""
-    setting = mode()
+    setting = _config.autotune_mode()
     if setting == "off":
         return "not measured (JGSESS_AUTOTUNE=0)", False
     if not platforms.has_devices(platform):  # a program lowered for another machine
@@ -293,7 +282,7 @@ def choose(node, platform: str, record, budget: float, then=None) -> tuple[bool,
 def _main(argv: list[str]) -> int:
     if argv == ["--clear"]:
         clear_cache()
-        print(f"cleared {cache_path()}")
+        print(f"cleared {_config.autotune_cache()}")
         return 0
     for key, entry in sorted(_load().items()):
         print(f"{key}: kernel {entry['kernel_s'] * 1e3:.3f} ms, xla {entry['xla_s'] * 1e3:.3f} ms")

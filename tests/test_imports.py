@@ -23,6 +23,11 @@ def modules() -> dict[str, str]:
     return found
 
 
+def parsed(path: str) -> ast.Module:
+    with open(path) as f:
+        return ast.parse(f.read())
+
+
 def imports(module: str, path: str, known: set[str]) -> set[str]:
     """The jgsess modules `module` imports: `from a import b` counts a.b if it is a module,
     else a; `import a.b` counts a.b."""
@@ -30,9 +35,7 @@ def imports(module: str, path: str, known: set[str]) -> set[str]:
     found = set()
     if not path:
         return set()
-    with open(path) as f:
-        tree = ast.parse(f.read())
-    for node in ast.walk(tree):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom):
             base = package
             for _ in range(node.level - 1):
@@ -75,9 +78,7 @@ def test_settings_are_read_in_one_place():
     for module, path in modules().items():
         if not path or module == "jgsess._config":
             continue
-        with open(path) as f:
-            tree = ast.parse(f.read())
-        for node in ast.walk(tree):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"):
                 readers.append(f"{module}:{node.lineno}")
     assert readers == []
