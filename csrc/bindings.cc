@@ -38,6 +38,9 @@ PYBIND11_MODULE(_C, m) {
         return kernels;
       },
       "kernel name -> {flag name: bit} of its `flags` attribute (Python's Flag enums match it)");
+  m.def("cap_simd", &jgsess::CapSimd,
+        "caps the CPU kernels' vector loops at an instruction set: baseline or avx2 (any other "
+        "name: no cap)");
   m.def(
       "simd_isa", [] { return jgsess::IsaName(jgsess::HostIsa()); },
       "the instruction set the CPU kernels' vector loops run with: avx512, avx2 or baseline");

@@ -13,6 +13,7 @@ JGSESS_PREFER=memory   also take kernels that save memory at a small cost in spe
 JGSESS_BUCKETS=on|off  bucket-all-reduce: take the rewrite without measuring, or never (default:
                        where it measured faster than XLA's own all-reduces)
 JGSESS_BUCKET_MB=25    the largest all-reduce bucket, in MB (0 turns bucketing off)
+JGSESS_SIMD=avx2      cap the CPU kernels' vector loops at baseline|avx2|avx512 (read at import)
 JGSESS_STRICT=1        a failure inside the pipeline raises instead of falling back to jax.jit,
                        and so does a jgsess._C that cannot be loaded
 JGSESS_VERIFY=1        check the graph's invariants after every pass (always on in the tests)
@@ -56,6 +57,11 @@ def kernel_enabled(name: str) -> bool:
 def kernel_forced(name: str) -> bool:
     """JGSESS_KERNELS=on (or on:name,...) takes the kernel without measuring it."""
     return _kernels("on", name)
+
+
+def simd_cap() -> str:
+    """JGSESS_SIMD: the widest instruction set the CPU kernels' vector loops may use."""
+    return os.environ.get("JGSESS_SIMD", "").strip().lower()
 
 
 def exact_numerics() -> bool:

@@ -82,7 +82,21 @@ def test_settings_are_read_in_one_place():
             if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"):
                 readers.append(f"{module}:{node.lineno}")
     assert readers == []
+    csrc = os.path.join(os.path.dirname(PACKAGE), "csrc")
+    assert os.path.isdir(csrc)
+    for folder, _, files in os.walk(csrc):  # the shipped C++ takes its settings from Python
+        if os.path.relpath(folder, csrc).split(os.sep)[0] == "testing":
+            continue
+        for name in files:
+            with open(os.path.join(folder, name)) as f:
+                assert "getenv" not in f.read(), os.path.join(folder, name)
     with open(os.path.join(PACKAGE, "_config.py")) as f:
         listed = f.read()
-    for name in ("JGSESS_AUTOTUNE", "JGSESS_AUTOTUNE_CACHE", "JGSESS_AUTOTUNE_BUDGET"):
+    for name in (
+        "JGSESS_AUTOTUNE",
+        "JGSESS_AUTOTUNE_CACHE",
+        "JGSESS_AUTOTUNE_BUDGET",
+        "JGSESS_SIMD",
+    ):
         assert name in listed
+

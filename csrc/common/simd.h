@@ -4,7 +4,8 @@
 // region (a lambda) is also compiled for AVX2 and for AVX-512: it is inlined into one trampoline
 // per instruction set, each with its own target attribute, so only such regions use those
 // instructions, and the first call picks the widest the CPU (and the OS) supports;
-// JGSESS_SIMD=baseline|avx2|avx512 caps the choice (tests run every path). Regions use exact IEEE
+// CapSimd caps the choice (jgsess._C.cap_simd, which Python calls with JGSESS_SIMD at import:
+// tests run every path). Regions use exact IEEE
 // operations only, the build turns FMA contraction off (-ffp-contract=off), and reductions are
 // left to the baseline loops unless exact in any order (an OR of bits), so every version gives
 // the same bits.
@@ -16,9 +17,9 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
+#include <string>
 
 namespace jgsess {
 
@@ -36,8 +37,8 @@ inline const char* IsaName(Isa isa) {
 #define JGSESS_SIMD_X86 1
 #endif
 
-// The widest instruction set of this CPU, capped by JGSESS_SIMD; decided once per process.
-inline Isa HostIsa() {
+// The widest instruction set of this CPU (and OS); detected once per process.
+inline Isa DetectedIsa() {
   static const Isa isa = [] {
     Isa best = Isa::kBaseline;
 #if defined(JGSESS_SIMD_X86)
@@ -49,14 +50,29 @@ inline Isa HostIsa() {
       best = Isa::kAvx512;
     }
 #endif
-    const char* cap = std::getenv("JGSESS_SIMD");
-    for (Isa lower : {Isa::kBaseline, Isa::kAvx2}) {
-      if (cap != nullptr && std::strcmp(cap, IsaName(lower)) == 0 && lower < best) best = lower;
-    }
     return best;
   }();
   return isa;
 }
+
+// The widest instruction set the vector loops may use (kAvx512: no cap).
+inline std::atomic<Isa>& SimdCap() {
+  static std::atomic<Isa> cap{Isa::kAvx512};
+  return cap;
+}
+
+// Caps the vector loops at the instruction set `name` ("baseline", "avx2"); any other name
+// lifts the cap.
+inline void CapSimd(const std::string& name) {
+  Isa cap = Isa::kAvx512;
+  for (Isa lower : {Isa::kBaseline, Isa::kAvx2}) {
+    if (name == IsaName(lower)) cap = lower;
+  }
+  SimdCap().store(cap, std::memory_order_relaxed);
+}
+
+// The instruction set the vector loops run with: the CPU's widest, capped.
+inline Isa HostIsa() { return std::min(DetectedIsa(), SimdCap().load(std::memory_order_relaxed)); }
 
 namespace simd_detail {
 

@@ -38,6 +38,7 @@ def _module():
             stacklevel=3,
         )
         return None
+    _C.cap_simd(_config.simd_cap())
     return _C
 
 
