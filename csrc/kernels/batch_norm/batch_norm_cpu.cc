@@ -106,6 +106,64 @@ void Total(const double* partial, int64_t tasks, int64_t C, std::vector<double>&
   }
 }
 
+// Pass 1 of the forward: per task, each channel's sums of x - shift and of its square (the
+// shift, each channel's first element, keeps them stable) into work[t * 2C, (t + 1) * 2C).
+void ForwardSums(ffi::ThreadPool& pool, const BnShape& s, const Tasks& tasks, DataType xt,
+                 const void* xd, const float* shift, double* work) {
+  const int64_t C = s.channels, row = C * s.inner;
+  ParallelFor(pool, tasks.count, [&](int64_t t) {
+    thread_local std::vector<float> xs;
+    double* sum = work + t * 2 * C;
+    std::fill(sum, sum + 2 * C, 0.0);
+    SumRows(
+        s, tasks.begin(t), tasks.end(t, s), sum, sum + C,
+        [&](int64_t r) { return Row(xt, xd, r * row, row, xs); },
+        [shift](const float* v, int64_t i, int64_t c) { return v[i] - shift[c]; },
+        [shift](const float* v, int64_t i, int64_t c) {
+          return (v[i] - shift[c]) * (v[i] - shift[c]);
+        });
+  });
+}
+
+// Pass 2 of the forward: y = relu((x - mean) * a + beta (+ z)), each step rounded to y's dtype
+// as XLA's code rounds it, and the mask of y > 0.
+template <bool kAdd>
+void NormalizeRows(ffi::ThreadPool& pool, const BnShape& s, const Tasks& tasks, DataType xt,
+                   const void* xd, DataType yt, const void* zd, const float* mu, const float* a,
+                   const float* beta, uint32_t* words, void* yd) {
+  const int64_t C = s.channels, inner = s.inner, row = C * inner;
+  ParallelFor(pool, tasks.count, [&](int64_t t) {
+    thread_local std::vector<float> xs, zs, out;
+    out.resize(static_cast<size_t>(row));
+    const int64_t r0 = tasks.begin(t), r1 = tasks.end(t, s);
+    std::fill(words + r0 * row / 32, words + (r1 * row + 31) / 32, 0u);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t start = r * row;
+      const float* v = Row(xt, xd, start, row, xs);
+      float* o = out.data();
+      if (inner == 1) {
+        SimdFor(C, [&](int64_t c) { o[c] = (v[c] - mu[c]) * a[c] + beta[c]; });
+      } else {
+        for (int64_t c = 0; c < C; ++c) {
+          const float m = mu[c], ac = a[c], bc = beta[c];
+          const float* in = v + c * inner;
+          float* oc = o + c * inner;
+          SimdFor(inner, [&](int64_t i) { oc[i] = (in[i] - m) * ac + bc; });
+        }
+      }
+      RoundRow(yt, o, row);
+      if constexpr (kAdd) {
+        const float* w = Row(yt, zd, start, row, zs);
+        SimdFor(row, [&](int64_t k) { o[k] = o[k] + w[k]; });
+        RoundRow(yt, o, row);
+      }
+      PackPositive(o, start, row, words);
+      SimdFor(row, [&](int64_t k) { o[k] = (o[k] > 0.0f || o[k] != o[k]) ? o[k] : 0.0f; });
+      StoreF32(yt, o, yd, start, row);
+    }
+  });
+}
+
 template <bool kAdd>
 ffi::Error ForwardImpl(ffi::ThreadPool& pool, Buffer& arena, Buffer& x, F32Buffer& scale,
                        F32Buffer& bias, const Buffer* z, float eps, int64_t axis,
@@ -114,31 +172,20 @@ ffi::Error ForwardImpl(ffi::ThreadPool& pool, Buffer& arena, Buffer& x, F32Buffe
   auto shape = BnForwardShape(x, scale, bias, z, axis, y, mean, var, mask);
   if (shape.has_error()) return shape.error();
   const BnShape s = *shape;
-  const int64_t C = s.channels, inner = s.inner, row = C * inner;
-  const DataType xt = x.element_type(), yt = y.element_type();
-  auto base = BnWorkspace(arena, workspace_offset, s);
-  if (base.has_error()) return base.error();
-  double* const work = reinterpret_cast<double*>(*base);
+  const int64_t C = s.channels;
+  auto workspace = BnWorkspace(arena, workspace_offset, s);
+  if (workspace.has_error()) return workspace.error();
+  double* const work = reinterpret_cast<double*>(*workspace);
   const Tasks tasks(s);
+  const DataType xt = x.element_type();
   const void* xd = x.untyped_data();
-  // pass 1: shifted sums (the shift, each channel's first element, keeps them stable; an empty
-  // batch has none, and its statistics are 0 / 0)
+  // an empty batch has no shift, and its statistics are 0 / 0
   std::vector<float> shift(C), scratch;
   if (s.count() > 0) {
-    const float* first = Row(xt, xd, 0, row, scratch);
-    for (int64_t c = 0; c < C; ++c) shift[c] = first[c * inner];
+    const float* first = Row(xt, xd, 0, C * s.inner, scratch);
+    for (int64_t c = 0; c < C; ++c) shift[c] = first[c * s.inner];
   }
-  ParallelFor(pool, tasks.count, [&](int64_t t) {
-    thread_local std::vector<float> xs;
-    double* sum = work + t * 2 * C;
-    std::fill(sum, sum + 2 * C, 0.0);
-    const float* k = shift.data();
-    SumRows(
-        s, tasks.begin(t), tasks.end(t, s), sum, sum + C,
-        [&](int64_t r) { return Row(xt, xd, r * row, row, xs); },
-        [k](const float* v, int64_t i, int64_t c) { return v[i] - k[c]; },
-        [k](const float* v, int64_t i, int64_t c) { return (v[i] - k[c]) * (v[i] - k[c]); });
-  });
+  ForwardSums(pool, s, tasks, xt, xd, shift.data(), work);
   std::vector<double> total;
   Total(work, tasks.count, C, total);
   float* mu = mean.typed_data();
@@ -149,41 +196,68 @@ ffi::Error ForwardImpl(ffi::ThreadPool& pool, Buffer& arena, Buffer& x, F32Buffe
     var.typed_data()[c] = BnVariance(total[C + c] / m, d);
     a[c] = BnInvStd(var.typed_data()[c], eps) * scale.typed_data()[c];
   }
-  const float* beta = bias.typed_data();
-  uint32_t* words = mask.typed_data();
-  // pass 2: normalize, scale, shift, (add,) ReLU and the mask
+  NormalizeRows<kAdd>(pool, s, tasks, xt, xd, y.element_type(),
+                      z != nullptr ? z->untyped_data() : nullptr, mu, a.data(), bias.typed_data(),
+                      mask.typed_data(), y.untyped_data());
+  return ffi::Error::Success();
+}
+
+// Pass 1 of the backward: per task, each channel's sums of g and of g * (x - mean), g being
+// dy gated by the mask, into work[t * 2C, (t + 1) * 2C); and dz = g.
+template <bool kAdd>
+void BackwardSums(ffi::ThreadPool& pool, const BnShape& s, const Tasks& tasks, DataType xt,
+                  const void* xd, DataType gt, const void* gd, const uint32_t* words,
+                  const float* mu, void* dzd, double* work) {
+  const int64_t C = s.channels, row = C * s.inner;
   ParallelFor(pool, tasks.count, [&](int64_t t) {
-    thread_local std::vector<float> xs, zs, out;
+    thread_local std::vector<float> xs, gs, g;
+    g.resize(static_cast<size_t>(row));
+    double* sum = work + t * 2 * C;
+    std::fill(sum, sum + 2 * C, 0.0);
+    const float* v = nullptr;
+    auto load = [&](int64_t r) {
+      const int64_t start = r * row;
+      v = Row(xt, xd, start, row, xs);
+      GateByMask(words, start, row, Row(gt, gd, start, row, gs), g.data());
+      if constexpr (kAdd) StoreF32(gt, g.data(), dzd, start, row);
+      return g.data();
+    };
+    SumRows(
+        s, tasks.begin(t), tasks.end(t, s), sum, sum + C, load,
+        [](const float* gv, int64_t i, int64_t) { return gv[i]; },
+        [&](const float* gv, int64_t i, int64_t c) { return gv[i] * (v[i] - mu[c]); });
+  });
+}
+
+// Pass 2 of the backward: dx = a * (g - b - (x - mean) * c), per channel's coefficients.
+void GradRows(ffi::ThreadPool& pool, const BnShape& s, const Tasks& tasks, DataType xt,
+              const void* xd, DataType gt, const void* gd, const uint32_t* words, const float* mu,
+              const BnGradCoef* coef, void* dxd) {
+  const int64_t C = s.channels, inner = s.inner, row = C * inner;
+  ParallelFor(pool, tasks.count, [&](int64_t t) {
+    thread_local std::vector<float> xs, gs, out;
     out.resize(static_cast<size_t>(row));
-    const int64_t r0 = tasks.begin(t), r1 = tasks.end(t, s);
-    std::fill(words + r0 * row / 32, words + (r1 * row + 31) / 32, 0u);
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t base = r * row;
-      const float* v = Row(xt, xd, base, row, xs);
+    for (int64_t r = tasks.begin(t); r < tasks.end(t, s); ++r) {
+      const int64_t start = r * row;
+      const float* v = Row(xt, xd, start, row, xs);
       float* o = out.data();
+      GateByMask(words, start, row, Row(gt, gd, start, row, gs), o);
       if (inner == 1) {
-        const float *m = mu, *ac = a.data();
-        SimdFor(C, [&](int64_t c) { o[c] = (v[c] - m[c]) * ac[c] + beta[c]; });
+        SimdFor(C, [&](int64_t c) {
+          o[c] = coef[c].a * (o[c] - coef[c].b - (v[c] - mu[c]) * coef[c].c);
+        });
       } else {
         for (int64_t c = 0; c < C; ++c) {
-          const float m = mu[c], ac = a[c], bc = beta[c];
-          const float* in = v + c * inner;
+          const BnGradCoef k = coef[c];
+          const float m = mu[c];
           float* oc = o + c * inner;
-          SimdFor(inner, [&](int64_t i) { oc[i] = (in[i] - m) * ac + bc; });
+          const float* in = v + c * inner;
+          SimdFor(inner, [&](int64_t i) { oc[i] = k.a * (oc[i] - k.b - (in[i] - m) * k.c); });
         }
       }
-      RoundRow(yt, out.data(), row);
-      if constexpr (kAdd) {
-        const float* w = Row(yt, z->untyped_data(), base, row, zs);
-        SimdFor(row, [&](int64_t k) { o[k] = o[k] + w[k]; });
-        RoundRow(yt, o, row);
-      }
-      PackPositive(o, base, row, words);
-      SimdFor(row, [&](int64_t k) { o[k] = (o[k] > 0.0f || o[k] != o[k]) ? o[k] : 0.0f; });
-      StoreF32(yt, out.data(), y.untyped_data(), base, row);
+      StoreF32(xt, o, dxd, start, row);
     }
   });
-  return ffi::Error::Success();
 }
 
 template <bool kAdd>
@@ -194,33 +268,15 @@ ffi::Error BackwardImpl(ffi::ThreadPool& pool, Buffer& arena, Buffer& dy, Buffer
   auto shape = BnBackwardShape(dy, x, scale, mean, var, mask, axis, dx, dscale, dbias, dz);
   if (shape.has_error()) return shape.error();
   const BnShape s = *shape;
-  const int64_t C = s.channels, inner = s.inner, row = C * inner;
-  const DataType xt = x.element_type(), gt = dy.element_type();
-  auto base = BnWorkspace(arena, workspace_offset, s);
-  if (base.has_error()) return base.error();
-  double* const work = reinterpret_cast<double*>(*base);
-  const uint32_t* words = mask.typed_data();
-  const float* mu = mean.typed_data();
+  const int64_t C = s.channels;
+  auto workspace = BnWorkspace(arena, workspace_offset, s);
+  if (workspace.has_error()) return workspace.error();
+  double* const work = reinterpret_cast<double*>(*workspace);
   const Tasks tasks(s);
-  // pass 1: sum(g), sum(g * (x - mean)) per channel (and dz = g)
-  ParallelFor(pool, tasks.count, [&](int64_t t) {
-    thread_local std::vector<float> xs, gs, g;
-    g.resize(static_cast<size_t>(row));
-    double* sum = work + t * 2 * C;
-    std::fill(sum, sum + 2 * C, 0.0);
-    const float* v = nullptr;
-    auto load = [&](int64_t r) {
-      const int64_t base = r * row;
-      v = Row(xt, x.untyped_data(), base, row, xs);
-      GateByMask(words, base, row, Row(gt, dy.untyped_data(), base, row, gs), g.data());
-      if constexpr (kAdd) StoreF32(gt, g.data(), dz->untyped_data(), base, row);
-      return g.data();
-    };
-    SumRows(
-        s, tasks.begin(t), tasks.end(t, s), sum, sum + C, load,
-        [](const float* gv, int64_t i, int64_t) { return gv[i]; },
-        [&](const float* gv, int64_t i, int64_t c) { return gv[i] * (v[i] - mu[c]); });
-  });
+  const DataType xt = x.element_type(), gt = dy.element_type();
+  const float* mu = mean.typed_data();
+  BackwardSums<kAdd>(pool, s, tasks, xt, x.untyped_data(), gt, dy.untyped_data(), mask.typed_data(),
+                     mu, dz != nullptr ? dz->untyped_data() : nullptr, work);
   std::vector<double> total;
   Total(work, tasks.count, C, total);
   std::vector<BnGradCoef> coef(C);
@@ -230,31 +286,8 @@ ffi::Error BackwardImpl(ffi::ThreadPool& pool, Buffer& arena, Buffer& dy, Buffer
     dscale.typed_data()[c] = BnInvStd(sigma2, eps) * static_cast<float>(total[C + c]);
     coef[c] = BnGradCoefOf(scale.typed_data()[c], sigma2, eps, total[c], total[C + c], s.count());
   }
-  // pass 2: dx = a * (g - b - (x - mean) * c)
-  ParallelFor(pool, tasks.count, [&](int64_t t) {
-    thread_local std::vector<float> xs, gs, out;
-    out.resize(static_cast<size_t>(row));
-    for (int64_t r = tasks.begin(t); r < tasks.end(t, s); ++r) {
-      const int64_t base = r * row;
-      const float* v = Row(xt, x.untyped_data(), base, row, xs);
-      const float* d = Row(gt, dy.untyped_data(), base, row, gs);
-      float* o = out.data();
-      GateByMask(words, base, row, d, o);
-      if (inner == 1) {
-        const BnGradCoef* k = coef.data();
-        SimdFor(C, [&](int64_t c) { o[c] = k[c].a * (o[c] - k[c].b - (v[c] - mu[c]) * k[c].c); });
-      } else {
-        for (int64_t c = 0; c < C; ++c) {
-          const BnGradCoef k = coef[c];
-          const float m = mu[c];
-          float* oc = o + c * inner;
-          const float* in = v + c * inner;
-          SimdFor(inner, [&](int64_t i) { oc[i] = k.a * (oc[i] - k.b - (in[i] - m) * k.c); });
-        }
-      }
-      StoreF32(xt, out.data(), dx.untyped_data(), base, row);
-    }
-  });
+  GradRows(pool, s, tasks, xt, x.untyped_data(), gt, dy.untyped_data(), mask.typed_data(), mu,
+           coef.data(), dx.untyped_data());
   return ffi::Error::Success();
 }
 
