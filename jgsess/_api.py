@@ -231,14 +231,13 @@ class _Body:
         """The optimized program's results on `args` (bound into jax.jit's trace) and its
         Session; on a pipeline failure, `closed`'s own results. `traced`: the trace's seconds,
         None where no kernel may be measured."""
-        platform = platforms.program_platform(self._pinned)
         try:
             with jax.explain_cache_misses(False):
                 program, session = compile_jaxpr(
                     closed,
                     name=self.__name__,
                     donated=donated,
-                    platform=platform,
+                    pinned=self._pinned,
                     plan=self._plan,
                     traced=traced,
                     compiler_options=self._compiler_options,
@@ -253,6 +252,7 @@ class _Body:
                 raise
             self._fall_back(err)
             fallback = f"{type(err).__name__}: {err}"
+            platform = platforms.program_platform(self._pinned)
             session = Session(self.__name__, platform, fallback=fallback)
             return _compat.jaxpr_as_fun(closed)(*args), session
 

@@ -17,6 +17,8 @@ option, the default device (`jax.default_device`), else the default backend's fi
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import jax
 
 from . import _compat
@@ -72,16 +74,63 @@ def program_platform(pinned=None) -> str:
     return kernel_platform(pinned if pinned is not None else default_device())
 
 
-def cuda_device():
-    """The NVIDIA GPU CUDA kernels would run on: the default device, if it is one, else the
-    first CUDA device."""
-    device = default_device()
-    return device if kernel_platform(device) == "cuda" else jax.devices("cuda")[0]
-
-
 def has_devices(platform: str) -> bool:
     """Whether this process has a device of the kernel platform (to measure or probe on)."""
     try:
         return bool(jax.devices(platform))
     except RuntimeError:
         return False
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one compilation's program runs, worked out once (`Target.of`) and asked by every
+    decision about it (jgsess/selection.py): the kernel `platform`, the `device` (as jax
+    reports it: the pinned device, else the default one; None where this process has no
+    device of the platform, a program lowered for another machine), jax.jit's
+    `compiler_options` as sorted (name, value) pairs, and the seconds the compilation may
+    spend measuring kernels against XLA (`budget`). Targets compare (and hash, for the
+    probes cached per process) by platform and compiler options."""
+
+    platform: str
+    device: object | None = field(compare=False)
+    compiler_options: tuple = ()
+    budget: float = field(default=0.0, compare=False)
+
+    @classmethod
+    def of(cls, pinned=None, platform: str | None = None, compiler_options=(), budget=0.0):
+        """The target of a program placed on `pinned` (see pinned_device), else on the default
+        device; `platform`, where given, names the kernel platform it is planned for."""
+        device = pinned if pinned is not None else default_device()
+        if platform is not None and kernel_platform(device) != platform:
+            device = jax.devices(platform)[0] if has_devices(platform) else None
+        return cls(platform or kernel_platform(device), device, tuple(compiler_options), budget)
+
+    def runner(self):
+        """The device this process runs probes and measurements for the program on: its own
+        where this process has it, else the platform's first. Raises RuntimeError where the
+        process has no device of the platform (XLA cannot be asked here)."""
+        if not has_devices(self.platform):
+            raise RuntimeError(f"no {self.platform} device in this process")
+        local = jax.devices(self.platform)
+        return self.device if self.device in local else local[0]
+
+    def compile(self, fns, operands, donate=()) -> list:
+        """Each of `fns` compiled alone for the types of `operands` (arrays, or trees of them)
+        on `runner()`, with the program's compiler options; `donate`: the positions of the
+        operands donated to each. Top-level programs, which the pipeline (running inside the
+        user's jax.jit trace) calls under `jax.ensure_compile_time_eval`; traced at top level,
+        not under it, where a function's constant computations (zeros, broadcasts) would run
+        eagerly, each compiled on its own."""
+        sharding = jax.sharding.SingleDeviceSharding(self.runner())
+        structs = jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), list(operands)
+        )
+        options = dict(self.compiler_options) or None
+        lowered = [jax.jit(f, donate_argnums=tuple(donate)).lower(*structs) for f in fns]
+        return [each.compile(options) for each in lowered]
+
+    def put(self, arrays) -> list:
+        """`arrays` on `runner()`, from inside a trace (the pipeline's)."""
+        with jax.ensure_compile_time_eval():
+            return jax.device_put(list(arrays), self.runner())

@@ -145,56 +145,65 @@ class Report:
         if s.fallback:
             out.append(f"FELL BACK to jax.jit: {s.fallback}")
             return "\n".join(out)
+        sections = (self._pipeline, self._decisions, self._buckets_table, self._footer)
+        for section in sections:
+            out += section()
+        return "\n".join(out)
+
+    def _pipeline(self) -> list[str]:
+        """The passes with their times and rewrites, the pipeline's time, the fusions."""
+        s = self.session
         rows = [
             [r.name, "off" if r.skipped else f"{r.seconds * 1e3:.2f} ms", r.rewrites]
             for r in s.passes
         ]
-        out += ["", table(["pass", "time", "rewrites"], rows)]
         times = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in s.seconds.items())
+        out = ["", table(["pass", "time", "rewrites"], rows)]
         out += ["", f"pipeline time: {sum(s.seconds.values()) * 1e3:.1f} ms ({times})"]
-        fusions = self.fusions
-        if fusions:
-            out += ["", table(["fusion", "count"], sorted(fusions.items()))]
+        if self.fusions:
+            out += ["", table(["fusion", "count"], sorted(self.fusions.items()))]
+        return out
+
+    def _decisions(self) -> list[str]:
+        """What runs each fused node and why; the measurements; the cost model's choices."""
+        out = []
         if self.kernels:
             rows = [[k.kernel, k.impl, k.operands, _mb(k.nbytes), k.reason] for k in self.kernels]
             out += ["", table(["fused node", "runs as", "operands", "operand bytes", "why"], rows)]
         if self.selection:
             rows = [
-                [m.kernel, m.impl, f"{m.kernel_s * 1e3:.3f} ms", f"{m.xla_s * 1e3:.3f} ms"]
+                [m.kernel, "kernel" if m.kernel_wins else "xla"]
+                + [f"{m.kernel_s * 1e3:.3f} ms", f"{m.xla_s * 1e3:.3f} ms"]
                 + ["cached" if m.cached else f"measured ({m.seconds:.1f} s)"]
                 for m in self.selection
             ]
-            out += ["", table(["measured selection", "chose", "kernel", "xla", "source"], rows)]
+            out += ["", table(["measured selection", "faster", "kernel", "xla", "source"], rows)]
         if self.unmeasured:
             rows = [[k, impl, n] for (k, impl), n in sorted(Counter(self.unmeasured).items())]
             out += ["", table(["not measured yet", "cost model chose", "nodes"], rows)]
             out += ["(a later compilation measures them; JGSESS_AUTOTUNE=cached never measures)"]
-        if self.buckets:
-            rows = [
-                [
-                    ",".join(b.axes),
-                    b.dtype,
-                    f"{b.operands} in {b.calls}",
-                    " + ".join(_mb(n) for n in b.buckets),
-                    "-" if b.written_ms is None else f"{b.written_ms:.3f} ms",
-                    "-" if b.bucketed_ms is None else f"{b.bucketed_ms:.3f} ms",
-                    "bucketed" if b.taken else "as written",
-                    b.reason,
-                ]
-                for b in self.buckets
-            ]
-            headers = [
-                "all-reduce axes",
-                "dtype",
-                "operands",
-                "buckets",
-                "as written",
-                "bucketed",
-                "runs",
-                "why",
-            ]
-            out += ["", table(headers, rows)]
-        plan = s.record.memory_plan
+        return out
+
+    def _buckets_table(self) -> list[str]:
+        if not self.buckets:
+            return []
+
+        def ms(value: float | None) -> str:
+            return "-" if value is None else f"{value:.3f} ms"
+
+        rows = [
+            [",".join(b.axes), b.dtype, f"{b.operands} in {b.calls}"]
+            + [" + ".join(_mb(n) for n in b.buckets), ms(b.written_ms), ms(b.bucketed_ms)]
+            + ["bucketed" if b.taken else "as written", b.reason]
+            for b in self.buckets
+        ]
+        headers = ["all-reduce axes", "dtype", "operands", "buckets", "as written", "bucketed"]
+        return ["", table(headers + ["runs", "why"], rows)]
+
+    def _footer(self) -> list[str]:
+        """The memory plan's summary, the donation hint, and the fusions not taken with why."""
+        record, out = self.session.record, []
+        plan = record.memory_plan
         if plan is not None:
             out += [
                 "",
@@ -204,10 +213,8 @@ class Report:
         hint = self.donation_hint()
         if hint:
             out += ["", "hint: " + hint]
-        declined = s.record.declined
-        if declined:
-            kinds = Counter(kind for _, kind, _ in declined)
-            for kind, n in sorted(kinds.items()):
-                reason = next(r for _, k, r in declined if k == kind)
-                out += [f"not taken: {n} {kind} fusion(s): {reason}"]
-        return "\n".join(out)
+        kinds = Counter(kind for _, kind, _ in record.declined)
+        for kind, n in sorted(kinds.items()):
+            reason = next(r for _, k, r in record.declined if k == kind)
+            out += [f"not taken: {n} {kind} fusion(s): {reason}"]
+        return out

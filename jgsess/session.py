@@ -42,7 +42,7 @@ def compile_jaxpr(
     *,
     name: str,
     donated,
-    platform: str | None = None,
+    pinned=None,
     plan: bool = False,
     traced: float | None = 0.0,
     compiler_options: tuple = (),
@@ -51,8 +51,8 @@ def compile_jaxpr(
     """Optimize `closed`; returns (program, Session), where `program(args)` binds the optimized
     program into the current trace (`emit.evaluate`). Raises on pipeline failure.
 
-    `platform`: the kernel platform the program runs on (platforms.py; default: the default
-    device's). `plan` asks for the whole-program memory plan (for the report; `JGSESS_DUMP`
+    `pinned`: the device the program is placed on (platforms.pinned_device; None: the default
+    device). `plan` asks for the whole-program memory plan (for the report; `JGSESS_DUMP`
     asks too); `traced` is how long the function took to trace (kernel measurements get a
     share of it; None: measure none, decide by the cached measurements alone);
     `compiler_options` are jax.jit's as sorted (name, value) pairs, for what the passes ask
@@ -61,24 +61,23 @@ def compile_jaxpr(
     transformation; see memory/inplace.py).
     """
     start = time.perf_counter()
-    platform = platform or platforms.program_platform()
+    budget = 0.0 if traced is None else autotune.budget(traced)
+    target = platforms.Target.of(pinned, compiler_options=compiler_options, budget=budget)
     graph = from_jaxpr(closed)
     graph.donated = list(donated)
     graph.outermost = outermost
     dump = _config.dump_dir()
     ctx = Context(
-        platform=platform,
+        target=target,
         verify=_config.verify(),
         dump_dir=os.path.join(dump, f"{name}-{next(_dump_counter)}") if dump else None,
         plan=plan or bool(dump),
-        autotune_budget=0.0 if traced is None else autotune.budget(traced),
-        compiler_options=compiler_options,
         nested=not outermost,
     )
     records = run_pipeline(graph, default_pipeline(), ctx)
     session = Session(
         name,
-        platform,
+        target.platform,
         records,
         ctx.record,
         None,

@@ -49,6 +49,19 @@ def default_platform(request, monkeypatch):
     return platforms.program_platform()
 
 
+@pytest.fixture
+def tuning(monkeypatch, tmp_path):
+    """Measuring on (jgsess.autotune), with a fresh cache file; yields the cache path."""
+    from jgsess import autotune
+
+    path = tmp_path / "cache" / "autotune.json"
+    monkeypatch.setenv("JGSESS_AUTOTUNE", "1")
+    monkeypatch.setenv("JGSESS_AUTOTUNE_CACHE", str(path))
+    monkeypatch.setattr(autotune, "_cache", None)
+    yield path
+    autotune._cache = None
+
+
 def pytest_collection_modifyitems(config, items):
     if _has_gpu():
         return

@@ -13,6 +13,7 @@ from jgsess import _compat
 from jgsess.emit import emit
 from jgsess.ir import from_jaxpr, verify
 from jgsess.passes.manager import Context, run_pipeline
+from jgsess.platforms import Target
 
 
 def assert_trees_close(actual, expected, rtol=1e-6, atol=1e-6):
@@ -40,7 +41,7 @@ def graph_of(fn, *args):
 
 
 def run_passes(graph, passes, platform="cpu"):
-    ctx = Context(platform=platform, verify=True)
+    ctx = Context(target=Target.of(platform=platform), verify=True)
     records = run_pipeline(graph, passes, ctx)
     verify(graph)
     return ctx, records

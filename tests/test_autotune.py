@@ -13,25 +13,15 @@ import pytest
 import jgsess
 from jgsess import autotune
 from jgsess.kernels import adamw
+from jgsess.platforms import Target
 from tests.helpers import assert_trees_close
 from tests.optax_steps import update_step
 from tests.passes.test_fuse_batch_norm_relu import Block, X, linen_step
 
 
-@pytest.fixture
-def tuning(monkeypatch, tmp_path):
-    """Measuring on, with a fresh cache file; yields the cache path."""
-    path = tmp_path / "cache" / "autotune.json"
-    monkeypatch.setenv("JGSESS_AUTOTUNE", "1")
-    monkeypatch.setenv("JGSESS_AUTOTUNE_CACHE", str(path))
-    monkeypatch.setattr(autotune, "_cache", None)
-    yield path
-    autotune._cache = None
-
-
 def fake_times(monkeypatch, kernel_s, xla_s, calls):
-    def measure(kernel, xla, operands, platform, donate=()):
-        calls.append((kernel, xla))
+    def measure(sides, target):
+        calls.append((sides.kernel, sides.xla))
         return kernel_s, xla_s
 
     monkeypatch.setattr(autotune, "measure", measure)
@@ -48,7 +38,7 @@ def test_measured_once_then_cached_on_disk(tuning):
     assert decision.kernel == "batch_norm_relu+batch_norm_relu_grad" and not decision.cached
     assert decision.kernel_s > 0 and decision.xla_s > 0
     fused = batch_norm_fusions(report)
-    assert bool(fused) == (decision.impl == "kernel")
+    assert bool(fused) == decision.kernel_wins
     assert "measured selection" in str(report)
     stored = json.loads(tuning.read_text())
     assert stored[decision.key] == {"kernel_s": decision.kernel_s, "xla_s": decision.xla_s}
@@ -155,7 +145,7 @@ def test_the_budget_is_a_share_of_the_trace_unless_set(monkeypatch):
 
 def test_the_key_names_what_the_decision_depends_on():
     aval = jax.ShapeDtypeStruct((2, 3), jnp.bfloat16)
-    key = autotune.key("momentum", "cpu", [aval], {"flags": 3})
+    key = autotune.key("momentum", Target.of(platform="cpu"), [aval], {"flags": 3})
     for part in ("momentum", "cpu", "bfloat16[2, 3]", "flags", jax.__version__, jgsess.__version__):
         assert part in key
 
@@ -168,7 +158,8 @@ def test_measuring_a_node_against_its_reference(tuning):
     report = jgsess.jit(optax.global_norm).report(tree)
     assert [m.kernel for m in report.selection] == ["global_norm"]
     (choice,) = [k for k in report.kernels if k.kernel == "global_norm"]
-    assert choice.impl == report.selection[0].impl and "measured" in choice.reason
+    (measured,) = report.selection
+    assert (choice.impl == "kernel") == measured.kernel_wins and "measured" in choice.reason
     assert_trees_close(jgsess.jit(optax.global_norm)(tree), jax.jit(optax.global_norm)(tree))
 
 
@@ -197,18 +188,18 @@ def test_an_update_read_by_the_enclosing_step_is_measured_with_it(
     their first results are the new parameters, p + update, not the update."""
     measured = []
 
-    def measure(kernel, xla, operands, platform, donate=()):
-        measured.append((kernel, xla, operands, donate))
+    def measure(sides, target):
+        measured.append((sides.kernel, sides.xla, sides.operands, sides.donate))
         return kernel_s, xla_s
 
     monkeypatch.setattr(autotune, "measure", measure)
-    spied, sides = [], autotune._node_sides
+    spied, sides = [], autotune.node_sides
 
-    def node_sides(node, platform, then=None):
+    def node_sides(node, then=None):
         spied.append((node, then))
-        return sides(node, platform, then)
+        return sides(node, then)
 
-    monkeypatch.setattr(autotune, "_node_sides", node_sides)
+    monkeypatch.setattr(autotune, "node_sides", node_sides)
     tx = jgsess.optim.adamw(1e-3, weight_decay=1e-2)
     params = [jnp.full((300,), 0.5 + i, jnp.float32) for i in range(3)]
     grads = [jnp.full((300,), 0.1 * (i + 1), jnp.float32) for i in range(3)]

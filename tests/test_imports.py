@@ -100,3 +100,15 @@ def test_settings_are_read_in_one_place():
     ):
         assert name in listed
 
+
+def test_one_module_decides_kernel_or_xla():
+    """The passes ask jgsess.selection, which measures through jgsess.autotune: no pass imports
+    autotune, and selection imports no pass (no arrow back up)."""
+    files = modules()
+    graph = {m: imports(m, path, set(files)) for m, path in files.items()}
+    passes = [m for m in graph if m.startswith("jgsess.passes")]
+    assert [m for m in passes if "jgsess.autotune" in graph[m]] == []
+    assert {"jgsess.passes.select_kernels", "jgsess.passes.bucket_all_reduce"} <= {
+        m for m in passes if "jgsess.selection" in graph[m]
+    }
+    assert not any(m.startswith("jgsess.passes") for m in graph["jgsess.selection"])

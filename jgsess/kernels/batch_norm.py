@@ -289,9 +289,9 @@ def program_fn(form: str, train: bool, eps: float, axis: int, dtype):
     return fn
 
 
-def measured_sides(specs, params, avals, train: bool):
-    """For jgsess.autotune: (the kernels `specs` (forward, and backward in training) with these
-    static `params` per spec, the program they replace, operands of `avals`)."""
+def measured_sides(specs, params, avals, train: bool) -> autotune.Sides:
+    """For jgsess.autotune: the kernels `specs` (forward, and backward in training) with these
+    static `params` per spec, and the program they replace, on operands of `avals`."""
     rng = np.random.default_rng(0)
     operands = [autotune.random_operand(a, rng) for a in avals]
     static = params[0]
@@ -312,4 +312,4 @@ def measured_sides(specs, params, avals, train: bool):
         return fn(*ops)
 
     arenas = tuple(np.zeros((size,), np.uint8) for size in sizes)
-    return kernels, program, [arenas, *operands]
+    return autotune.Sides(kernels, program, [arenas, *operands])

@@ -19,7 +19,7 @@ def reference(*operands, dtypes):
     return tuple(x.astype(jnp.dtype(d)) for x, d in zip(operands, dtypes, strict=True))
 
 
-def _prefer_kernel(node, platform: str) -> tuple[bool, str]:
+def _cost_model(node, platform: str) -> tuple[bool, str]:
     # On the CPU a custom call's per-buffer cost outweighs what one call saves over XLA's own
     # converts (which also fuse with their consumers); on a GPU each convert is a launch of its
     # own, and one launch replaces them all (benchmarks/train_step.py's mixed-precision steps).
@@ -41,7 +41,7 @@ SPEC = KernelSpec(
     reference=reference,
     tensors=TENSORS,
     result_avals=_result_avals,
-    prefer_kernel=_prefer_kernel,
+    cost_model=_cost_model,
     factors=multi_tensor(TENSORS),
     doc="multi-tensor cast between f32, bf16 and f16",
 )

@@ -32,7 +32,7 @@ def _items(avals) -> int:
     return sum(-(-_compat.aval_nbytes(a) // a.dtype.itemsize // CHUNK) for a in avals)
 
 
-def _prefer_kernel(node, platform: str) -> tuple[bool, str]:
+def _cost_model(node, platform: str) -> tuple[bool, str]:
     if len(node.inputs) < 4:
         return False, "XLA reduces a few tensors as fast"
     return True, f"one call for {len(node.inputs)} tensors"
@@ -66,7 +66,7 @@ SPEC = KernelSpec(
     result_avals=lambda avals, static: [_compat.ShapedArray((), jnp.float32)],
     # a partial sum and a start-of-tensor flag per chunk, f32 each
     workspace=lambda static, avals: 8 * _items(avals),
-    prefer_kernel=_prefer_kernel,
+    cost_model=_cost_model,
     factors=_factors,
     per_shard=_per_shard,
     doc="global norm of many tensors (optax.clip_by_global_norm)",

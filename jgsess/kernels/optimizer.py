@@ -15,6 +15,8 @@ as optax keeps a narrow parameter's state): each operation's result is rounded t
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import jax
 import numpy as np
@@ -22,6 +24,84 @@ import numpy as np
 from .. import _compat, _config
 from .partition import Factors, dims, multi_tensor
 from .spec import Followed, KernelSpec, TensorLists
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """One optimizer kernel's operands and results (see update_kernel), and the spec's
+    callbacks that follow from them."""
+
+    reference: Callable
+    base: int  # hyper-parameters, before the tensors
+    per_tensor: int
+    sources: tuple  # per result of a tensor, the operand it is computed over: p, then the state
+    update_flag: int
+    exact_flag: int
+    narrow_flag: int
+    mixed_flag: int
+
+    def inplace(self, static, num_operands: int) -> dict[int, int]:
+        # an update gets a buffer of its own: `apply_updates` reads its parameter after the
+        # call, and its gradient is often an argument of the step or a loop's constant; over
+        # either, XLA copies the operand first (measured: a scan of 4 ResNet-50 AdamW steps
+        # in jax.jit, 143 ms with the update in its own buffer, 175 ms over the gradient)
+        first = 1 if static.get("flags", 0) & self.update_flag else 0
+        tensors = (num_operands - self.base) // self.per_tensor
+        return {
+            self.base + self.per_tensor * t + operand: len(self.sources) * t + k
+            for t in range(tensors)
+            for k, operand in enumerate(self.sources)
+            if k >= first
+        }
+
+    def result_avals(self, avals, static) -> list:
+        flags = static["flags"]
+        update = flags & self.update_flag and not flags & self.narrow_flag
+        out = []
+        for i in range(self.base, len(avals), self.per_tensor):
+            for k, operand in enumerate(self.sources):
+                a = avals[i + operand]
+                dtype = np.dtype(np.float32) if k == 0 and update else a.dtype
+                out.append(_compat.ShapedArray(a.shape, dtype))
+        return out
+
+    def narrowable(self, static) -> tuple:
+        # p folds with p' (not with an update, whose dtype does not follow p's); g on its own;
+        # each state slot with its new state; nothing in a narrow or mixed form (it computes in
+        # bf16/f16 and reads every operand in its own dtype)
+        if static["flags"] & (self.narrow_flag | self.mixed_flag):
+            return ()
+        first = ((1, None),) if static["flags"] & self.update_flag else ((0, 0), (1, None))
+        return first + tuple((operand, k + 1) for k, operand in enumerate(self.sources[1:]))
+
+    def batched_reference(self, *operands, **static):
+        # hyper-parameters with one value per member (see spec.py's batching rule): the
+        # tensors' leading axis is the member
+        if np.ndim(operands[0]) == 0:
+            return self.reference(*operands, **static)
+        return jax.vmap(functools.partial(self.batched_reference, **static))(*operands)
+
+    def attrs(self, static) -> dict:
+        flags = static["flags"]
+        rounded = flags & (self.narrow_flag | self.mixed_flag)
+        exact = self.exact_flag if _config.exact_numerics() and not rounded else 0
+        return {"flags": np.int64(flags | exact)}
+
+    def followed_by(self, static) -> Followed | None:
+        if not static["flags"] & self.update_flag:
+            return None
+        return Followed(self.apply_updates, self.writes)
+
+    def apply_updates(self, operands, results) -> list:  # optax.apply_updates on each tensor
+        out = list(results)
+        for t, i in enumerate(range(self.base, len(operands), self.per_tensor)):
+            p, k = operands[i], len(self.sources) * t
+            out[k] = (p + out[k]).astype(p.dtype)
+        return out
+
+    def writes(self, num_operands: int) -> tuple[int, ...]:  # p and the state, per tensor
+        starts = range(self.base, num_operands, self.per_tensor)
+        return tuple(i + s for i in starts for s in self.sources)
 
 
 def update_kernel(
@@ -32,7 +112,6 @@ def update_kernel(
     state: tuple,
     update_flag: int,
     doc: str,
-    prefer_kernel=None,
     exact_flag: int = 0,
     narrow_flag: int = 0,
     mixed_flag: int = 0,
@@ -43,81 +122,21 @@ def update_kernel(
     IEEE, instead of multiplying by reciprocals as XLA's CPU code does) except in narrow forms
     (`narrow_flag`: the update written in the tensors' bf16/f16, the update result too) and
     mixed ones (`mixed_flag`: some operations in a narrow dtype, every operand in its own)."""
-    base = len(scalars)
-    sources = (0, *state)  # the operand each result is computed over
-
-    def inplace(static, num_operands: int) -> dict[int, int]:
-        # an update gets a buffer of its own: `apply_updates` reads its parameter after the
-        # call, and its gradient is often an argument of the step or a loop's constant; over
-        # either, XLA copies the operand first (measured: a scan of 4 ResNet-50 AdamW steps
-        # in jax.jit, 143 ms with the update in its own buffer, 175 ms over the gradient)
-        first = 1 if static.get("flags", 0) & update_flag else 0
-        tensors = (num_operands - base) // per_tensor
-        return {
-            base + per_tensor * t + operand: len(sources) * t + k
-            for t in range(tensors)
-            for k, operand in enumerate(sources)
-            if k >= first
-        }
-
-    def result_avals(avals, static) -> list:
-        update = static["flags"] & update_flag and not static["flags"] & narrow_flag
-        out = []
-        for i in range(base, len(avals), per_tensor):
-            for k, operand in enumerate(sources):
-                a = avals[i + operand]
-                dtype = np.dtype(np.float32) if k == 0 and update else a.dtype
-                out.append(_compat.ShapedArray(a.shape, dtype))
-        return out
-
-    def narrowable(static) -> tuple:
-        # p folds with p' (not with an update, whose dtype does not follow p's); g on its own;
-        # each state slot with its new state; nothing in a narrow or mixed form (it computes in
-        # bf16/f16 and reads every operand in its own dtype)
-        if static["flags"] & (narrow_flag | mixed_flag):
-            return ()
-        first = ((1, None),) if static["flags"] & update_flag else ((0, 0), (1, None))
-        return first + tuple((operand, k + 1) for k, operand in enumerate(state))
-
-    def batched_reference(*operands, **static):
-        # hyper-parameters with one value per member (see spec.py's batching rule): the
-        # tensors' leading axis is the member
-        if np.ndim(operands[0]) == 0:
-            return reference(*operands, **static)
-        return jax.vmap(functools.partial(batched_reference, **static))(*operands)
-
-    def exact(flags: int) -> int:
-        rounded = flags & (narrow_flag | mixed_flag)
-        return exact_flag if _config.exact_numerics() and not rounded else 0
-
-    def followed_by(static) -> Followed | None:
-        if not static["flags"] & update_flag:
-            return None
-
-        def apply_updates(operands, results):  # optax.apply_updates on each tensor
-            out = list(results)
-            for t, i in enumerate(range(base, len(operands), per_tensor)):
-                p, k = operands[i], len(sources) * t
-                out[k] = (p + out[k]).astype(p.dtype)
-            return out
-
-        def writes(num_operands: int) -> tuple[int, ...]:  # p and the state, per tensor
-            return tuple(i + s for i in range(base, num_operands, per_tensor) for s in sources)
-
-        return Followed(apply_updates, writes)
-
+    base, sources = len(scalars), (0, *state)
+    layout = _Layout(
+        reference, base, per_tensor, sources, update_flag, exact_flag, narrow_flag, mixed_flag
+    )
     tensors = TensorLists(base, per_tensor, len(sources))
     return KernelSpec(
         name=name,
-        reference=batched_reference,
-        inplace=inplace,
-        attrs=lambda static: {"flags": np.int64(static["flags"] | exact(static["flags"]))},
+        reference=layout.batched_reference,
+        inplace=layout.inplace,
+        attrs=layout.attrs,
         tensors=tensors,
-        alike=(1,),  # the gradient
-        narrowable=narrowable,
-        result_avals=result_avals,
-        prefer_kernel=prefer_kernel,
-        followed_by=followed_by,
+        sharded_like_first=(1,),  # the gradient
+        narrowable=layout.narrowable,
+        result_avals=layout.result_avals,
+        followed_by=layout.followed_by,
         factors=functools.partial(_factors, multi_tensor(tensors), base),
         doc=doc,
     )

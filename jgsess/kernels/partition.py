@@ -25,6 +25,7 @@ single-device program and inside a `shard_map` body (every axis manual) it lower
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 import warnings
@@ -124,19 +125,30 @@ def in_shard_map(ctx) -> bool:
     )
 
 
-def how_to_lower(ctx) -> str:
-    """ "kernel" where the program runs on one device or in a fully manual shard_map body,
-    "partition" where XLA partitions it over several devices, and "reference" where it spans
+class Lowering(enum.Enum):
+    """How a kernel's call lowers where it is: the custom call itself, custom_partitioning
+    around it (XLA partitions the program), or the reference (XLA partitions that)."""
+
+    KERNEL = "kernel"
+    PARTITION = "partition"
+    REFERENCE = "reference"
+
+
+def how_to_lower(ctx) -> Lowering:
+    """KERNEL where the program runs on one device or in a fully manual shard_map body,
+    PARTITION where XLA partitions it over several devices, and REFERENCE where it spans
     several devices that the lowering does not know (an abstract lowering): XLA partitions the
     reference, which is never wrong."""
     axis_context = ctx.module_context.axis_context
     if in_shard_map(ctx):
         manual, mesh = axis_context.manual_axes, axis_context.mesh
-        return "kernel" if set(manual) == set(mesh.axis_names) else "partition"
+        return Lowering.KERNEL if set(manual) == set(mesh.axis_names) else Lowering.PARTITION
     devices = getattr(axis_context, "device_assignment", None)
     if devices is not None:
-        return "partition" if len(devices) > 1 else "kernel"
-    return "reference" if getattr(axis_context, "num_devices", 1) > 1 else "kernel"
+        return Lowering.PARTITION if len(devices) > 1 else Lowering.KERNEL
+    if getattr(axis_context, "num_devices", 1) > 1:
+        return Lowering.REFERENCE
+    return Lowering.KERNEL
 
 
 # --- the custom_partitioning wrapper ---------------------------------------------------------
@@ -305,7 +317,7 @@ def _wrapper(spec) -> custom_partitioning:
 
 
 def _tied(spec, xs: list, arena: bool) -> list:
-    """The operands with each tensor's `spec.alike` slots tied to its first operand for
+    """The operands with each tensor's `spec.sharded_like_first` slots tied to its first operand for
     sharding propagation, where the tensor is a matrix. Without the tie, Shardy settles a dot's
     output before it reaches a custom call (elementwise operations go first), and GSPMD never
     propagates back through one: a gradient split otherwise than its parameter was resharded
@@ -313,11 +325,11 @@ def _tied(spec, xs: list, arena: bool) -> list:
     batch: tied to a replicated parameter it was split and the update gathered again after the
     call (three all-gathers), so vectors stay untied. jax 0.11 has no shard_alike: there
     nothing is tied, and sharding propagation alone places the gradients."""
-    if not spec.alike or _compat.shard_alike is None:
+    if not spec.sharded_like_first or _compat.shard_alike is None:
         return xs
     base, per_tensor, _ = spec.tensors
     for t in range(int(arena) + base, len(xs), per_tensor):
-        for slot in spec.alike:
+        for slot in spec.sharded_like_first:
             lead, other = xs[t], xs[t + slot]
             if lead.ndim >= 2 and other.shape == lead.shape:
                 xs[t], xs[t + slot] = _compat.shard_alike(lead, other)

@@ -52,7 +52,7 @@ def backward(mask, *grads):
     return (jnp.where(unpack(mask, g.shape), g, jnp.zeros((), g.dtype)),)
 
 
-def prefer_kernel(node, platform: str) -> tuple[bool, str]:
+def memory_preferred(platform: str) -> tuple[bool, str]:
     # The masks lower XLA's temp memory, but the bias add no longer fuses with the ReLU, so the
     # step is slower on the CPU (flax MLP and CNN steps: report.memory and
     # benchmarks/train_step.py show both). Not measured on a GPU.
@@ -98,7 +98,7 @@ FORWARD = KernelSpec(
     name="relu_mask",
     reference=forward,
     result_avals=forward_avals,
-    prefer_kernel=prefer_kernel,
+    policy=memory_preferred,
     factors=_factors(forward=True),
     doc="ReLU keeping a 1-bit mask for its backward",
 )

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from .. import _compat, _config, platforms
+from .. import _compat
 from . import _native, partition
 
 NODE_ONLY_PARAMS = frozenset({"impl"})
@@ -78,8 +78,12 @@ class KernelSpec:
         the memory planner places it in the program's workspace arena.
       result_avals: `(operand avals, static) -> result avals`, a shortcut for abstract
         evaluation (the default traces the reference, slow for calls with many tensors).
-      prefer_kernel: `(node, platform) -> (bool, reason)`, the cost model; the default always
-        takes the kernel where one is compiled.
+      cost_model: `(node, platform) -> (bool, reason)`, whether the kernel beats XLA's code for
+        the node's shapes where it is not measured; a spec with one is measured (see
+        jgsess/selection.py). None: the kernel is taken where one is compiled.
+      policy: `platform -> (bool, reason)`, whether the kernel is wanted at all, whatever the
+        shapes (a user's preference between memory and speed): asked before its fusion
+        matches and again at selection.
       followed_by: `static -> Followed or None`: what the program that encloses the kernel's
         own does next with its results, where that is known and the kernel's program is
         traced inside another (an optimizer's update, which the enclosing step applies:
@@ -89,10 +93,10 @@ class KernelSpec:
       factors: `(static, operand avals) -> partition.Factors`, how the operands' and results'
         dimensions line up: the sharding rule under which XLA partitions the kernel (None for
         shapes it has no rule for: XLA then partitions the reference).
-      alike: per-tensor operand slots of a multi-tensor kernel that sharding propagation ties
-        to the tensor's first operand (`shard_alike`) where the tensor is a matrix: an
-        optimizer's gradient then comes out of its dot split as its parameter is, as XLA's own
-        elementwise update would make it (see partition.lower).
+      sharded_like_first: per-tensor operand slots of a multi-tensor kernel that sharding
+        propagation ties to the tensor's first operand (`shard_alike`) where the tensor is a
+        matrix: an optimizer's gradient then comes out of its dot split as its parameter is, as
+        XLA's own elementwise update would make it (see partition.lower).
       per_shard: `(bind, local operands, mesh axes per operand, static) -> results`, for
         kernels whose factors include reductions or summed factors: combines the per-shard
         partial results (the mesh axes are those of each operand's reduced factors).
@@ -107,10 +111,11 @@ class KernelSpec:
     narrowable: Callable[[dict], tuple] = field(default=lambda static: ())
     result_avals: Callable | None = None
     workspace: Callable | None = None
-    prefer_kernel: Callable | None = None
+    cost_model: Callable | None = None
+    policy: Callable[[str], tuple[bool, str]] | None = None
     followed_by: Callable[[dict], Followed | None] = field(default=lambda static: None)
     factors: Callable | None = None
-    alike: tuple[int, ...] = ()
+    sharded_like_first: tuple[int, ...] = ()
     per_shard: Callable | None = None
     doc: str = ""
 
@@ -123,18 +128,6 @@ class KernelSpec:
     def platforms(self) -> frozenset[str]:
         """The jax platforms with a compiled kernel for this spec."""
         return _native.targets().get(self.target, frozenset())
-
-    def available(self, platform: str) -> tuple[bool, str]:
-        """Whether the kernel may run on `platform` at all (the cost model aside), and if not,
-        why: JGSESS_KERNELS turns it off, none is compiled for the platform, or the GPU cannot
-        run the code built."""
-        if not _config.kernel_enabled(self.name):
-            return False, "JGSESS_KERNELS turns it off"
-        if platform not in self.platforms():
-            return False, f"no compiled {platform} kernel"
-        if platform == "cuda":
-            return _native.cuda_usable(platforms.cuda_device())
-        return True, ""
 
     @functools.cached_property
     def primitive(self):
@@ -209,104 +202,110 @@ def _async_hint(ctx) -> None:
     hint(ctx.replace(avals_in=[aval], avals_out=[]), *work)
 
 
+def _reference(spec: KernelSpec, *args, **params) -> list:
+    """The primitive's meaning: the spec's reference (the arena passed through)."""
+    arena, operands = _split(args, params)
+    outs = list(spec.reference(*operands, **spec.static(params)))
+    return outs if arena is None else [*outs, arena]
+
+
+def _abstract_eval(spec: KernelSpec, *avals, **params) -> list:
+    arena, operands = _split(avals, params)
+    if spec.result_avals is not None:
+        outs = list(spec.result_avals(operands, spec.static(params)))
+    else:
+        structs = [_compat.shape_struct(a) for a in operands]
+        shapes = jax.eval_shape(functools.partial(spec.reference, **spec.static(params)), *structs)
+        outs = [_compat.ShapedArray(o.shape, o.dtype) for o in shapes]
+    return outs if arena is None else [*outs, arena]
+
+
+def _impl(prim, *args, **params):
+    return jax.jit(functools.partial(prim.bind, **params))(*args)
+
+
+def _jvp(spec: KernelSpec, prim, primals, tangents, **params):
+    """The primal through the primitive, the tangent through `jax.jvp` of the reference."""
+    tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
+    outs = prim.bind(*primals, **params)
+    reference = functools.partial(_reference, spec, **params)
+    _, tangent_outs = jax.jvp(reference, tuple(primals), tangents)
+    return outs, list(tangent_outs)
+
+
+def _batch(spec: KernelSpec, prim, args, dims, **params):
+    """A multi-tensor kernel runs on the batched tensors, the batch axis folded into them
+    (moved first). Its shared operands (hyper-parameters) stay scalars where no member's
+    differs; else each becomes one value per member (an ensemble's step counts), which the
+    kernel applies to each member's part of every tensor. Other kernels vmap the reference."""
+    unmapped = _compat.NOT_MAPPED
+    if spec.tensors is not None and not params.get("workspace"):
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not unmapped)
+        shared = spec.tensors.shared
+        per_member = any(d is not unmapped for d in dims[:shared])
+        moved = [
+            jnp.moveaxis(a, d, 0)
+            if d is not unmapped
+            else (jnp.broadcast_to(a, (size, *a.shape)) if i >= shared or per_member else a)
+            for i, (a, d) in enumerate(zip(args, dims))
+        ]
+        return prim.bind(*moved, **params), [0] * len(_abstract_eval(spec, *moved, **params))
+    arena, _ = _split(args, params)
+    in_axes = [None if d is unmapped else d for d in dims]
+    one = [
+        jax.ShapeDtypeStruct(a.shape if d is None else a.shape[:d] + a.shape[d + 1 :], a.dtype)
+        for a, d in zip(args, in_axes)
+    ]
+    reference = functools.partial(_reference, spec, **params)
+    n = len(jax.eval_shape(reference, *one))
+    out_axes = [0] * n if arena is None else [0] * (n - 1) + [None]
+    outs = jax.vmap(reference, in_axes, out_axes)(*args)
+    return list(outs), [unmapped if a is None else a for a in out_axes]
+
+
+def _lower_call(spec: KernelSpec, reference_rule, ctx, *args, **params):
+    """The kernel's custom call, or custom_partitioning around it, or the reference, as
+    partition.how_to_lower says for where the program runs."""
+    if _exporting(ctx):  # jax.export: the reference, so the artifact runs anywhere
+        return reference_rule(ctx, *args, **params)
+    how = partition.Lowering.KERNEL if params.get("local") else partition.how_to_lower(ctx)
+    if how is partition.Lowering.PARTITION and not partition.has_rule(spec, ctx.avals_in, params):
+        how = partition.Lowering.REFERENCE  # no sharding rule: XLA partitions the reference
+    if how is partition.Lowering.PARTITION:
+        return partition.lower(spec, ctx, args, params)
+    if how is partition.Lowering.REFERENCE:
+        return reference_rule(ctx, *args, **params)
+    aliases = dict(params["aliases"])
+    attrs = spec.attrs(spec.static(params))
+    if params.get("workspace"):
+        arena = len(ctx.avals_out) - 1  # the last result
+        aliases = {0: arena, **{i + 1: o for i, o in aliases.items()}}
+        attrs["workspace_offset"] = np.int64(params["workspace"][0])
+    lowering = jax.ffi.ffi_lowering(spec.target, operand_output_aliases=aliases)
+    results = lowering(ctx, *args, **attrs)
+    if ctx.module_context.platforms == ("cpu",):
+        _async_hint(ctx)
+    return results
+
+
+def _lower_on(platform: str, spec: KernelSpec, reference_rule, ctx, *args, **params):
+    # whether `platform` has the kernel is asked when a program lowers, not at registration
+    if platform not in spec.platforms():
+        return reference_rule(ctx, *args, **params)
+    return _lower_call(spec, reference_rule, ctx, *args, **params)
+
+
 def _make_primitive(spec: KernelSpec):
     prim = _compat.Primitive(spec.target)
     prim.multiple_results = True
-
-    def reference(*args, **params):
-        arena, operands = _split(args, params)
-        outs = list(spec.reference(*operands, **spec.static(params)))
-        return outs if arena is None else [*outs, arena]
-
-    def abstract_eval(*avals, **params):
-        arena, operands = _split(avals, params)
-        if spec.result_avals is not None:
-            outs = list(spec.result_avals(operands, spec.static(params)))
-        else:
-            structs = [_compat.shape_struct(a) for a in operands]
-            shapes = jax.eval_shape(
-                functools.partial(spec.reference, **spec.static(params)), *structs
-            )
-            outs = [_compat.ShapedArray(o.shape, o.dtype) for o in shapes]
-        return outs if arena is None else [*outs, arena]
-
-    def impl(*args, **params):
-        return jax.jit(functools.partial(prim.bind, **params))(*args)
-
-    def jvp(primals, tangents, **params):
-        tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
-        outs = prim.bind(*primals, **params)
-        _, tangent_outs = jax.jvp(functools.partial(reference, **params), tuple(primals), tangents)
-        return outs, list(tangent_outs)
-
-    def batch(args, dims, **params):
-        # A multi-tensor kernel runs on the batched tensors, the batch axis folded into them
-        # (moved first). Its shared operands (hyper-parameters) stay scalars where no member's
-        # differs; else each becomes one value per member (an ensemble's step counts), which
-        # the kernel applies to each member's part of every tensor.
-        unmapped = _compat.NOT_MAPPED
-        if spec.tensors is not None and not params.get("workspace"):
-            size = next(a.shape[d] for a, d in zip(args, dims) if d is not unmapped)
-            shared = spec.tensors.shared
-            per_member = any(d is not unmapped for d in dims[:shared])
-            moved = [
-                jnp.moveaxis(a, d, 0)
-                if d is not unmapped
-                else (jnp.broadcast_to(a, (size, *a.shape)) if i >= shared or per_member else a)
-                for i, (a, d) in enumerate(zip(args, dims))
-            ]
-            return prim.bind(*moved, **params), [0] * len(abstract_eval(*moved, **params))
-        arena, _ = _split(args, params)
-        in_axes = [None if d is unmapped else d for d in dims]
-        one = [
-            jax.ShapeDtypeStruct(a.shape if d is None else a.shape[:d] + a.shape[d + 1 :], a.dtype)
-            for a, d in zip(args, in_axes)
-        ]
-        n = len(jax.eval_shape(functools.partial(reference, **params), *one))
-        out_axes = [0] * n if arena is None else [0] * (n - 1) + [None]
-        outs = jax.vmap(functools.partial(reference, **params), in_axes, out_axes)(*args)
-        return list(outs), [unmapped if a is None else a for a in out_axes]
-
-    reference_rule = mlir.lower_fun(reference, multiple_results=True)
-
-    def ffi_rule(ctx, *args, **params):
-        if _exporting(ctx):  # jax.export: the reference, so the artifact runs anywhere
-            return reference_rule(ctx, *args, **params)
-        how = "kernel" if params.get("local") else partition.how_to_lower(ctx)
-        if how == "partition" and not partition.has_rule(spec, ctx.avals_in, params):
-            how = "reference"  # no sharding rule: XLA partitions the reference instead
-        if how == "partition":
-            return partition.lower(spec, ctx, args, params)
-        if how == "reference":
-            return reference_rule(ctx, *args, **params)
-        aliases = dict(params["aliases"])
-        attrs = spec.attrs(spec.static(params))
-        if params.get("workspace"):
-            results = len(ctx.avals_out)
-            aliases = {0: results - 1, **{i + 1: o for i, o in aliases.items()}}
-            attrs["workspace_offset"] = np.int64(params["workspace"][0])
-        lowering = jax.ffi.ffi_lowering(spec.target, operand_output_aliases=aliases)
-        results = lowering(ctx, *args, **attrs)
-        if ctx.module_context.platforms == ("cpu",):
-            _async_hint(ctx)
-        return results
-
     _compat.require_devices_when_lowering(prim)  # its lowering may wrap custom_partitioning
-    prim.def_abstract_eval(abstract_eval)
-    prim.def_impl(impl)
-    ad.primitive_jvps[prim] = jvp
-    batching.primitive_batchers[prim] = batch
-
-    def rule_for(platform: str):
-        # whether `platform` has the kernel is asked when a program lowers, not here
-        def rule(ctx, *args, **params):
-            if platform not in spec.platforms():
-                return reference_rule(ctx, *args, **params)
-            return ffi_rule(ctx, *args, **params)
-
-        return rule
-
+    prim.def_abstract_eval(functools.partial(_abstract_eval, spec))
+    prim.def_impl(functools.partial(_impl, prim))
+    ad.primitive_jvps[prim] = functools.partial(_jvp, spec, prim)
+    batching.primitive_batchers[prim] = functools.partial(_batch, spec, prim)
+    reference_rule = mlir.lower_fun(functools.partial(_reference, spec), multiple_results=True)
     mlir.register_lowering(prim, reference_rule)
     for platform in _native.KERNEL_PLATFORMS:
-        mlir.register_lowering(prim, rule_for(platform), platform=platform)
+        rule = functools.partial(_lower_on, platform, spec, reference_rule)
+        mlir.register_lowering(prim, rule, platform=platform)
     return prim

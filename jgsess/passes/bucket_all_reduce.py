@@ -7,19 +7,18 @@ order they become ready and cut into buckets of at most JGSESS_BUCKET_MB (defaul
     a2 = psum[axes=('data',)] a                 a2 b2 = jgsess.all_reduce_bucket[axes=('data',)] a b
     b2 = psum[axes=('data',)] b          ->     (one psum of concat(a, b), split back)
 
-XLA combines all-reduces itself, so the rewrite is kept only where it measured faster: both
-forms are timed on the mesh's devices, once per shapes and mesh in a process, and the report
-shows the buckets, both timings and the decision. With JGSESS_BUCKETS=on the rewrite is taken
-without measuring, with =off never. A mesh spanning several processes is not measured (the
-processes could decide differently and run different programs): it keeps the program as written
-unless JGSESS_BUCKETS=on.
+XLA combines all-reduces itself, so the rewrite is kept only where jgsess/selection.py measured
+it faster: both forms are timed on the mesh's devices under the compilation's measuring budget
+and cache (JGSESS_AUTOTUNE), and the report shows the buckets, both timings and the decision.
+Unmeasured, the program keeps its all-reduces as written. With JGSESS_BUCKETS=on the rewrite is
+taken without measuring, with =off never. A mesh spanning several processes is not measured
+(the processes could decide differently and run different programs): it keeps the program as
+written unless JGSESS_BUCKETS=on.
 """
 
 from __future__ import annotations
 
 import functools
-import statistics
-import time
 from dataclasses import dataclass
 
 import jax
@@ -27,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from .. import _compat, _config
+from .. import _compat, _config, selection
 from ..ir.graph import Graph, Node, Value
 from ..kernels.spec import KernelSpec
 from .manager import Context, Pass
@@ -70,9 +69,8 @@ class BucketChoice:
 
 
 def run(graph: Graph, ctx: Context) -> int:
-    setting = _config.buckets()
     cap = _config.bucket_bytes()
-    if setting == "off" or cap <= 0:
+    if _config.buckets() == "off" or cap <= 0:
         return 0
     count = 0
     for g in list(graph.walk()):
@@ -80,11 +78,11 @@ def run(graph: Graph, ctx: Context) -> int:
             if _compat.is_shard_map(node.name) and _compat.SHARD_MAP_BODY in node.subgraphs:
                 mesh = _compat.shard_map_mesh(node.params)
                 for body in node.body(_compat.SHARD_MAP_BODY).walk():
-                    count += _bucket_body(body, mesh, cap, setting, ctx)
+                    count += _bucket_body(body, mesh, cap, ctx)
     return count
 
 
-def _bucket_body(body: Graph, mesh, cap: int, setting: str, ctx: Context) -> int:
+def _bucket_body(body: Graph, mesh, cap: int, ctx: Context) -> int:
     position = {node: i for i, node in enumerate(body.live())}
     groups: dict[tuple, list[Node]] = {}
     for node in body.live():
@@ -102,7 +100,7 @@ def _bucket_body(body: Graph, mesh, cap: int, setting: str, ctx: Context) -> int
         buckets = _cut(operands, cap, lambda v, ns: body.depends_on([v], ns, position))
         if len(buckets) == len(nodes) and all(len(b) == 1 for b in buckets):
             continue  # already one all-reduce per bucket
-        taken, written, bucketed, reason = _decide(setting, mesh, axes, nodes, buckets)
+        decision = _decide(ctx, mesh, axes, nodes, buckets)
         ctx.record.buckets.append(
             BucketChoice(
                 axes,
@@ -110,13 +108,13 @@ def _bucket_body(body: Graph, mesh, cap: int, setting: str, ctx: Context) -> int
                 len(operands),
                 len(nodes),
                 tuple(sum(_compat.aval_nbytes(v.aval) for v, _, _ in b) for b in buckets),
-                written,
-                bucketed,
-                taken,
-                reason,
+                decision.written_ms,
+                decision.bucketed_ms,
+                decision.bucketed,
+                decision.reason,
             ),
         )
-        if taken:
+        if decision.bucketed:
             _rewrite(body, nodes, buckets, axes)
             body.settle()  # a body, which the manager settles only for recursive passes
             count += len(buckets)
@@ -156,33 +154,26 @@ def _rewrite(body: Graph, nodes: list[Node], buckets: list[list], axes: tuple) -
         body.remove(node)
 
 
-def _decide(setting, mesh, axes, nodes, buckets) -> tuple[bool, float | None, float | None, str]:
-    if setting == "on":
-        return True, None, None, "JGSESS_BUCKETS=on"
-    devices = getattr(mesh, "devices", None)
-    if devices is None:
-        return False, None, None, "an abstract mesh: no devices to measure on"
-    if any(d.process_index != jax.process_index() for d in np.ravel(devices)):
-        return False, None, None, "the mesh spans several processes: not measured"
+def _decide(ctx: Context, mesh, axes, nodes, buckets) -> selection.BucketDecision:
     calls = tuple(tuple(_struct(v.aval) for v in node.inputs) for node in nodes)
     index = {
         (id(node), i): k
         for k, (node, i) in enumerate((node, i) for node in nodes for i in range(len(node.inputs)))
     }
     cut = tuple(tuple(index[(id(node), i)] for _, node, i in b) for b in buckets)
-    written, bucketed = _timings(mesh, axes, calls, cut)
-    if bucketed < written:
-        return True, written, bucketed, "measured faster than XLA's own all-reduces"
-    return False, written, bucketed, "XLA's own all-reduces measured as fast"
+    avals = [v.aval for node in nodes for v in node.inputs]
+    static = {"axes": axes, "calls": calls, "cut": cut, "mesh": tuple(mesh.shape.items())}
+    programs = functools.partial(_programs, mesh, axes, calls, cut)
+    return selection.decide_buckets(ctx.target, ctx.record, mesh, avals, static, programs)
 
 
 def _struct(aval) -> tuple:
     return tuple(aval.shape), np.dtype(aval.dtype).name
 
 
-@functools.cache
-def _timings(mesh, axes, calls, cut, rounds: int = 3) -> tuple[float, float]:
-    """Median ms of the all-reduces as written and as buckets, run alternately on `mesh`."""
+def _programs(mesh, axes, calls, cut) -> tuple:
+    """The all-reduces as buckets and as written, programs over `mesh` taking every operand
+    replicated."""
 
     def written(*xs):
         out, k = [], 0
@@ -198,21 +189,10 @@ def _timings(mesh, axes, calls, cut, rounds: int = 3) -> tuple[float, float]:
                 out[k] = y
         return tuple(out)
 
-    structs = [s for call in calls for s in call]
-    with jax.ensure_compile_time_eval():
-        xs = [jnp.ones(shape, dtype) for shape, dtype in structs]
-        fns = [
-            jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False))
-            for f in (written, bucketed)
-        ]
-        times: list[list[float]] = [[], []]
-        for r in range(rounds + 1):
-            for k, fn in enumerate(fns):
-                start = time.perf_counter()
-                jax.block_until_ready(fn(*xs))
-                if r:  # the first round compiles
-                    times[k].append(1e3 * (time.perf_counter() - start))
-    return statistics.median(times[0]), statistics.median(times[1])
+    return tuple(
+        jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False))
+        for f in (bucketed, written)
+    )
 
 
 PASS = Pass("bucket-all-reduce", run, recursive=False, doc=__doc__)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from .. import _config
 from ..ir import Graph, graph_dot, graph_text, interface_of, order_csv, verify
 from ..memory.plan import MemoryPlan
+from ..platforms import Target
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class CompileRecord:
     undonated: list[tuple[int, ...]] = field(default_factory=list)
     # the program's memory plan: plan-memory
     memory_plan: MemoryPlan | None = None
-    # autotune measurements behind kernel choices: select-kernels, fuse-batch-norm
+    # autotune.Measurements behind decisions (jgsess/selection.py): select-kernels,
+    # fuse-batch-norm, bucket-all-reduce
     autotune: list = field(default_factory=list)
     # (kernel, "kernel" or "xla") per choice the cost model made because this compilation's
     # measuring budget was spent (a later compilation measures it): the same passes
@@ -71,16 +73,12 @@ class CompileRecord:
 class Context:
     """What passes may know about the compilation besides the graph, and their record."""
 
-    platform: str = "cpu"
+    # where the program runs: its platform, device, compiler options, measuring budget
+    target: Target = field(default_factory=Target.of)
     verify: bool = False
     dump_dir: str | None = None
     # compute the whole-program memory plan (only the report and dumps read it)
     plan: bool = False
-    # seconds the passes may spend measuring kernels against XLA (jgsess.autotune)
-    autotune_budget: float = 0.0
-    # jax.jit's compiler_options as sorted (name, value) pairs, for what a pass asks XLA itself
-    # (passes/widen_narrow_products.py)
-    compiler_options: tuple = ()
     # the program is traced inside another one's trace: code jgsess does not see reads its
     # results (an optimizer's update, read by the user's `apply_updates`)
     nested: bool = False

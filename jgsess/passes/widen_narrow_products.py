@@ -27,18 +27,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _compat, autotune
+from .. import _compat
 from ..ir import ops
 from ..ir.dtypes import NARROW
 from ..ir.graph import Graph, Value
 from ..patterns import Match, Pat, Var, rewrite
+from ..platforms import Target
 from .manager import Context, Pass
 
 
 @functools.cache
-def xla_widens(platform: str, dtype: np.dtype, compiler_options: tuple = ()) -> bool:
-    """Whether XLA on `platform` computes `g + f32(c * x)`, for `dtype` scalar c and array x, as
-    `g + f32(c) * f32(x)` (no rounding of the product to `dtype`)."""
+def xla_widens(target: Target, dtype: np.dtype) -> bool:
+    """Whether XLA on the target (its platform and compiler options) computes `g + f32(c * x)`,
+    for `dtype` scalar c and array x, as `g + f32(c) * f32(x)` (no rounding of the product to
+    `dtype`)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal(512).astype(dtype)
     g = rng.standard_normal(512).astype(np.float32)
@@ -49,11 +51,12 @@ def xla_widens(platform: str, dtype: np.dtype, compiler_options: tuple = ()) -> 
         return g + (c * x).astype(jnp.float32)
 
     try:
-        (compiled,), device = autotune.compile_alone([probe], [x, g], platform, compiler_options)
+        (compiled,) = target.compile([probe], [x, g])
     except RuntimeError:  # a platform this process has no device of: XLA cannot be asked
         return False
+    args = target.put([x, g])
     with jax.ensure_compile_time_eval():
-        out = np.asarray(compiled(*jax.device_put([x, g], device)))
+        out = np.asarray(compiled(*args))
     return bool(np.array_equal(out, wide))
 
 
@@ -67,7 +70,7 @@ def _widen(graph: Graph, m: Match, ctx: Context) -> Value | None:
         and c.ndim == 0
         and x.shape == product.shape
         and graph.num_uses(product) == 1
-        and xla_widens(ctx.platform, x.dtype, ctx.compiler_options)
+        and xla_widens(ctx.target, x.dtype)
     ):
         return None
     widened = []

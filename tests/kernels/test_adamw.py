@@ -7,7 +7,8 @@ import pytest
 
 from jgsess.kernels import adamw
 from jgsess.kernels.spec import KernelSpec
-from jgsess.passes.fusions.optimizer import narrow_math_matches
+from jgsess.platforms import Target
+from jgsess.selection import numerics_match
 from tests.helpers import assert_trees_close
 from tests.kernels.bad_calls import BF16, F16, F32, N, array, call, multi_tensor, spec
 from tests.kernels.common import SIZES, check, kernel_fn, reference_fn
@@ -91,7 +92,9 @@ def test_narrow_math_gives_the_bits_of_the_update_written_in_bf16(flags):
 def test_cuda_narrow_math_is_ieees_and_xlas_where_the_probe_says_so(flags, cuda_device):
     # bit for bit against the CPU's bf16 code; against XLA's on the GPU, bit for bit where
     # fuse-adamw's probe found them equal there (it fuses only then), else within an ulp
-    probed = cuda_device is not None and narrow_math_matches(adamw.SPEC, flags, BF16, "cuda")
+    probed = cuda_device is not None and numerics_match(
+        Target.of(cuda_device), adamw.SPEC, flags, BF16
+    )
     ops = narrow_operands(SIZES + [(1 << 20,)], jnp.bfloat16, seed=flags)
     check(adamw.SPEC, ops, exact=True, device=cuda_device, exact_on_device=probed, flags=flags)
 

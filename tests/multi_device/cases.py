@@ -263,9 +263,12 @@ def test_arguments_on_different_devices_raise_as_jax_jit_does():
 
 @needs_shard_map_bodies
 @pytest.mark.parametrize("setting", ["on", "measure"])
-def test_gradient_all_reduces_in_buckets(monkeypatch, setting):
+def test_gradient_all_reduces_in_buckets(monkeypatch, request, setting):
     if setting == "on":
         monkeypatch.setenv("JGSESS_BUCKETS", "on")
+    else:
+        request.getfixturevalue("tuning")  # measuring on, with a cache of its own
+        monkeypatch.setenv("JGSESS_AUTOTUNE_BUDGET", "60")  # global_norm is measured first
     mesh = Mesh(np.array(jax.devices()), ("data",))
     x, y = batch()
     params = MLP().init(jax.random.PRNGKey(0), x)

@@ -13,7 +13,8 @@ import pytest
 
 import jgsess
 from jgsess.kernels import adamw
-from jgsess.passes.fusions.optimizer import narrow_math_matches
+from jgsess.platforms import Target
+from jgsess.selection import numerics_match
 from tests.helpers import assert_trees_close, rand, xla_fuses_f16_multiply_adds
 from tests.optax_steps import (
     SHAPES,
@@ -28,6 +29,7 @@ from tests.optax_steps import (
 BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
 
 N = len(SHAPES)
+CPU = Target.of(platform="cpu")
 
 
 @pytest.mark.parametrize(
@@ -176,7 +178,7 @@ def test_a_scaled_step_whose_moments_are_dropped_does_not_fire():
 def test_every_form_needs_a_sqrt_and_a_graph_without_one_never_traces_them():
     from jgsess.ir.build import from_jaxpr
     from jgsess.passes.fusions import fuse_adamw
-    from jgsess.passes.fusions.engine import fusion_pass
+    from jgsess.passes.fusions.engine import pattern_fusion
     from jgsess.passes.manager import Context
     from jgsess.patterns.matcher import pattern_nodes
     from jgsess.patterns.pat import Pat
@@ -191,7 +193,7 @@ def test_every_form_needs_a_sqrt_and_a_graph_without_one_never_traces_them():
         traced.append(True)
         return fuse_adamw._rules()
 
-    probe = fusion_pass("probe", rules, needs=fuse_adamw.NEEDS)
+    probe = pattern_fusion("probe", rules, needs=fuse_adamw.NEEDS).as_pass()
     params = tree(0)
 
     def sgd(p, g):
@@ -228,12 +230,12 @@ def test_an_update_written_in_bf16_fuses_bit_for_bit(name):
 
 def test_the_probe_reads_how_xla_rounds_narrow_updates_on_the_cpu():
     flags = adamw.OPTAX_ADAMW | adamw.Flag.NARROW
-    assert narrow_math_matches(adamw.SPEC, flags, BF16, "cpu")
+    assert numerics_match(CPU, adamw.SPEC, flags, BF16)
     # XLA's CPU code divides an f16 array by a scalar through an f16 reciprocal
-    assert not narrow_math_matches(adamw.SPEC, flags, F16, "cpu")
+    assert not numerics_match(CPU, adamw.SPEC, flags, F16)
     # and where it has native f16 arithmetic, computes a * b + c with one rounding
     plain = flags & ~adamw.Flag.BIAS_CORRECTION
-    assert narrow_math_matches(adamw.SPEC, plain, F16, "cpu") != xla_fuses_f16_multiply_adds()
+    assert numerics_match(CPU, adamw.SPEC, plain, F16) != xla_fuses_f16_multiply_adds()
 
 
 @pytest.mark.parametrize(
@@ -270,7 +272,7 @@ def mixed_fuses_on_the_cpu() -> bool:
     """Whether XLA's CPU code computes the mixed update as the kernel does (rounding the second
     moment to bf16, leaving narrow results read only in f32 unrounded): the fusion's probe."""
     flags = adamw.OPTAX_ADAMW | adamw.Flag.MIXED
-    return narrow_math_matches(adamw.SPEC, flags, BF16, "cpu", (), wide_slots=(2,))
+    return numerics_match(CPU, adamw.SPEC, flags, BF16, wide_slots=(2,))
 
 
 @pytest.mark.parametrize("name", MIXED)

@@ -11,18 +11,22 @@ import pytest
 
 import jgsess
 from jgsess.passes import dce, widen_narrow_products
+from jgsess.platforms import Target
 from tests.helpers import assert_trees_close, evaluate, graph_of, rand, run_passes
 from tests.optax_steps import SHAPES, assert_bit_equal, narrow_fused, run_steps
 
 BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
 STRICT = {"xla_allow_excess_precision": False}
+CPU = Target.of(platform="cpu")
 
 
 def test_the_probe_reads_what_xla_computes_on_the_cpu():
     # the bf16 product in f32, its rounding dropped
-    assert widen_narrow_products.xla_widens("cpu", BF16)
-    assert not widen_narrow_products.xla_widens("cpu", F16)  # an f16 product is rounded
-    assert not widen_narrow_products.xla_widens("cpu", BF16, tuple(STRICT.items()))
+    assert widen_narrow_products.xla_widens(CPU, BF16)
+    assert not widen_narrow_products.xla_widens(CPU, F16)  # an f16 product is rounded
+    assert not widen_narrow_products.xla_widens(
+        Target.of(platform="cpu", compiler_options=sorted(STRICT.items())), BF16
+    )
 
 
 def decay(acc, g):  # optax's trace update with a bf16 accumulator: g + f32(0.9 * acc)

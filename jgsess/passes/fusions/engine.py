@@ -12,8 +12,9 @@ candidate replacements in order of preference. The driver supplies what every fu
   - and only if no new node reads a value computed from a node whose results it replaces (a
     cycle);
   - the new nodes are inserted, the replaced values' users moved over, the old nodes removed;
-  - the fusion is recorded for the report; a hardware fusion (`kernels`, run after selection)
-    is taken only where selection would take its kernels, and recorded as declined otherwise;
+  - the fusion is recorded for the report; a hardware fusion (`hardware`: its kernels, run
+    after selection) is taken only where jgsess/selection.py allows its kernels, and recorded
+    as declined otherwise;
     a rewrite whose kernels are chosen for its own shapes (by measurement) says so with
     `Rewrite.would_select`, asked only once the checks above pass, and is declined the same way.
 
@@ -29,6 +30,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from ... import selection
 from ...ir import ops
 from ...ir.dtypes import NARROW
 from ...ir.graph import Graph, Node, Value
@@ -70,8 +72,9 @@ class Fusion:
     doc: str = ""
     producers_first: bool = False
     recursive: bool = True
-    # a hardware fusion, run after selection: taken only where these kernels would be selected
-    kernels: tuple = ()
+    # the kernels of a hardware fusion, run after selection: taken only where
+    # selection.decide_fusion allows them
+    hardware: tuple = ()
 
     def as_pass(self) -> Pass:
         return Pass(self.name, functools.partial(run, self), self.recursive, self.doc)
@@ -116,21 +119,8 @@ def apply(graph: Graph, rewrite: Rewrite) -> None:
         graph.remove(node)
 
 
-def _wanted(fusion: Fusion, ctx: Context) -> tuple[bool, str]:
-    """Whether selection would take a hardware fusion's kernels here, and if not, why."""
-    for spec in fusion.kernels:
-        ok, reason = spec.available(ctx.platform)
-        if not ok:
-            return False, reason
-        if spec.prefer_kernel is not None:
-            ok, reason = spec.prefer_kernel(None, ctx.platform)
-            if not ok:
-                return False, reason
-    return True, ""
-
-
 def run(fusion: Fusion, graph: Graph, ctx: Context) -> int:
-    wanted, reason = _wanted(fusion, ctx)
+    allowed = selection.decide_fusion(ctx.target, fusion.hardware)
     order = {node: i for i, node in enumerate(graph.nodes)}
     memo: dict = {}
     nodes = graph.live() if fusion.producers_first else graph.live()[::-1]
@@ -141,7 +131,7 @@ def run(fusion: Fusion, graph: Graph, ctx: Context) -> int:
         for rewrite in fusion.find(graph, node, ctx, memo):
             if not (_contained(graph, rewrite) and _acyclic(graph, rewrite, order)):
                 continue
-            take, why = (wanted, reason)
+            take, why = allowed.kernel, allowed.reason
             if take and rewrite.would_select is not None:
                 take, why = rewrite.would_select(ctx)
             if not take:
@@ -175,6 +165,56 @@ def _used_outside(graph: Graph, value: Value, nodes: set[Node]) -> bool:
     return graph.output_uses(value) > 0 or any(user not in nodes for user in value.users)
 
 
+@dataclass
+class _RuleTable:
+    """A pattern fusion's rules by the op of their patterns' root, traced on first use: the
+    `rules()`, and for a bf16/f16 root the `narrow_rules()` after them."""
+
+    rules: Callable[[], list[FusionRule]]
+    narrow_rules: Callable[[], list[FusionRule]] | None
+    tables: dict = field(default_factory=dict)
+
+    def by_op(self, narrow: bool) -> dict[str, list[FusionRule]]:
+        if narrow not in self.tables:
+            table: dict[str, list[FusionRule]] = {}
+            make = self.narrow_rules if narrow and self.narrow_rules is not None else self.rules
+            for rule in make():
+                for op in rule.pattern.root.ops:
+                    table.setdefault(op, []).append(rule)
+            self.tables[narrow] = table
+        return self.tables[narrow]
+
+    def candidates(self, root_node: Node) -> Iterator[FusionRule]:
+        yield from self.by_op(False).get(root_node.name, ())
+        if self.narrow_rules is not None and any(v.dtype in NARROW for v in root_node.outputs):
+            yield from self.by_op(True).get(root_node.name, ())
+
+
+def _rewrites(graph: Graph, rule: FusionRule, root_node: Node) -> Iterator[Rewrite]:
+    """The rewrites of `rule`'s matches at `root_node` that its guard (`build`) accepts."""
+    pattern = rule.pattern
+    root = root_node.outputs[pattern.root.index]
+    if rule.root_guard is not None and not rule.root_guard(graph, root):
+        return
+    for m in match(pattern.root, root):
+        nodes = m.nodes(pattern.nodes())
+        outputs = [m.value_of(p) for p in pattern.outputs]
+        inside = set(nodes)
+        if rule.results_used and not all(_used_outside(graph, v, inside) for v in outputs[1:]):
+            continue
+        fused = rule.build(graph, m, outputs)
+        if fused is None:
+            continue
+        added, results = [(fused, root_node)], list(fused.outputs)
+        if rule.negated:
+            neg = ops.make("neg", [results[0]], outputs[0].aval)
+            added.append((neg, root_node))
+            results[0] = neg.outputs[0]
+        would_select = rule.would_select and functools.partial(rule.would_select, fused)
+        replaced = list(zip(outputs, results))
+        yield Rewrite(fused.op.name, added, replaced, nodes, would_select=would_select)
+
+
 def pattern_fusion(
     name: str,
     rules: Callable[[], list[FusionRule]],
@@ -190,66 +230,15 @@ def pattern_fusion(
     ResNet steps have no `sqrt`: benchmarks/compile_time.py).
     `narrow_rules()`: more rules, tried after them at a bf16/f16 root only (forms a program
     written in a narrow dtype spells differently), traced on the first such root."""
-
-    @functools.cache
-    def by_op(narrow: bool) -> dict[str, list[FusionRule]]:
-        table: dict[str, list[FusionRule]] = {}
-        make = narrow_rules if narrow and narrow_rules is not None else rules
-        for rule in make():
-            for op in rule.pattern.root.ops:
-                table.setdefault(op, []).append(rule)
-        return table
-
-    def candidates(root_node: Node) -> Iterator[FusionRule]:
-        yield from by_op(False).get(root_node.name, ())
-        if narrow_rules is not None and any(v.dtype in NARROW for v in root_node.outputs):
-            yield from by_op(True).get(root_node.name, ())
+    table = _RuleTable(rules, narrow_rules)
 
     def find(graph: Graph, root_node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:
         if needs:
-            if "present" not in memo:
-                memo["present"] = not needs.isdisjoint(node.name for node in graph.live())
-            if not memo["present"]:
+            if "has_needed_ops" not in memo:
+                memo["has_needed_ops"] = not needs.isdisjoint(n.name for n in graph.live())
+            if not memo["has_needed_ops"]:
                 return
-        for rule in candidates(root_node):
-            pattern = rule.pattern
-            root = root_node.outputs[pattern.root.index]
-            if rule.root_guard is not None and not rule.root_guard(graph, root):
-                continue
-            for m in match(pattern.root, root):
-                nodes = m.nodes(pattern.nodes())
-                outputs = [m.value_of(p) for p in pattern.outputs]
-                inside = set(nodes)
-                if rule.results_used and not all(
-                    _used_outside(graph, v, inside) for v in outputs[1:]
-                ):
-                    continue
-                fused = rule.build(graph, m, outputs)
-                if fused is None:
-                    continue
-                added, results = [(fused, root_node)], list(fused.outputs)
-                if rule.negated:
-                    neg = ops.make("neg", [results[0]], outputs[0].aval)
-                    added.append((neg, root_node))
-                    results[0] = neg.outputs[0]
-                would_select = rule.would_select and functools.partial(rule.would_select, fused)
-                yield Rewrite(
-                    fused.op.name,
-                    added,
-                    list(zip(outputs, results)),
-                    nodes,
-                    would_select=would_select,
-                )
+        for rule in table.candidates(root_node):
+            yield from _rewrites(graph, rule, root_node)
 
     return Fusion(name, None, find, doc)
-
-
-def fusion_pass(
-    name: str,
-    rules: Callable[[], list[FusionRule]],
-    doc: str = "",
-    needs: frozenset = frozenset(),
-    narrow_rules: Callable[[], list[FusionRule]] | None = None,
-) -> Pass:
-    """The pass of a pattern fusion (see `pattern_fusion`)."""
-    return pattern_fusion(name, rules, doc, needs, narrow_rules).as_pass()

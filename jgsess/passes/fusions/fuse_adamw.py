@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from ...kernels import adamw
 from ...kernels.adamw import MIXED_NARROW, Flag
-from .engine import fusion_pass
+from .engine import pattern_fusion
 from .optimizer import update_rules
 
 TENSORS = ("p", "g", "m", "v")
@@ -74,4 +74,6 @@ def _narrow_rules():
 # every form divides by sqrt(v) + eps (optax's scale_by_adam, MindSpore's AdamWeightDecay)
 NEEDS = frozenset({"sqrt"})
 # in bf16, b2 = 0.999 (optax's default) rounds to 1.0 and canonicalize drops `mul 1.0 v`
-PASS = fusion_pass("fuse-adamw", _rules, doc=__doc__, needs=NEEDS, narrow_rules=_narrow_rules)
+PASS = pattern_fusion(
+    "fuse-adamw", _rules, doc=__doc__, needs=NEEDS, narrow_rules=_narrow_rules
+).as_pass()

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import _compat, autotune
+from ... import _compat, selection
 from ...ir import from_jaxpr
 from ...ir.graph import Graph, Node, Value
 from ...kernels import batch_norm
@@ -269,17 +269,13 @@ def _decide(specs, params, avals, train: bool, ctx) -> tuple[bool, str]:
     budget spent: a later compilation measures them), the cost model: take them, the backward
     saves most and the forward about breaks even (on the 2-core CPU the kernels lost at
     ResNet-18's small shapes and won at most of ResNet-50's batch-32 ones)."""
-    for spec in specs:
-        ok, reason = spec.available(ctx.platform)
-        if not ok:
-            return False, reason
-    name = "+".join(spec.name for spec in specs)
-    key = autotune.key(name, ctx.platform, avals, {**params[0], "train": train})
+    static = {**params[0], "train": train}
     sides = functools.partial(batch_norm.measured_sides, specs, params, avals, train)
     cost_model = lambda: (True, "the kernels")  # noqa: E731
-    return autotune.decide(
-        name, key, sides, ctx.platform, ctx.record, ctx.autotune_budget, cost_model
+    decision = selection.decide_program(
+        ctx.target, ctx.record, specs, avals, static, sides, cost_model
     )
+    return decision.kernel, decision.reason
 
 
 def find(graph: Graph, node: Node, ctx: Context, memo: dict) -> Iterator[Rewrite]:

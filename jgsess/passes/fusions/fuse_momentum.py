@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ...kernels import momentum
 from ...kernels.momentum import Flag
-from .engine import fusion_pass
+from .engine import pattern_fusion
 from .optimizer import update_rules
 
 TENSORS = ("p", "g", "acc")
@@ -42,4 +42,4 @@ def _rules():
     )
 
 
-PASS = fusion_pass("fuse-momentum", _rules, doc=__doc__)
+PASS = pattern_fusion("fuse-momentum", _rules, doc=__doc__).as_pass()

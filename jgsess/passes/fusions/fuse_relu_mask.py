@@ -98,5 +98,5 @@ PASS = Fusion(
     frozenset({"gt"}),
     find,
     __doc__,
-    kernels=(relu_mask.FORWARD, relu_mask.BACKWARD),
+    hardware=(relu_mask.FORWARD, relu_mask.BACKWARD),
 ).as_pass()

@@ -13,7 +13,7 @@ f32 is the kernels' arithmetic (narrower tensors come later, from fold-casts). A
 in bf16 or f16 (optax keeps a narrow parameter's state in its dtype) is the kernel's narrow form:
 each operation rounded to that dtype. XLA's code computes it so on the CPU, but how a compiler
 rounds narrow arithmetic is its own choice, so the narrow form is taken only where the kernel's
-bits equal XLA's for the form on the platform (`narrow_math_matches`, asked once per process),
+bits equal XLA's for the form on the platform (`selection.numerics_match`, asked once per process),
 and left to XLA's code elsewhere. The new optimizer state (every result after the first) must be
 used, as an update's state always is: `p - 0.1*(g + s*noise)` has the shape of a momentum step,
 but with nothing keeping its "accumulator" it is not one, and a kernel would only spend bandwidth
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
-import jax
 import numpy as np
 
-from ... import autotune
+from ... import selection
 from ...ir.dtypes import NARROW
 from ...ir.graph import Graph, Node, Value
 from ...kernels.spec import KernelSpec
@@ -52,47 +52,6 @@ def form(update: Callable, tensors: tuple, scalars: tuple, used: tuple, flags: i
     return reference, flags, names, negated
 
 
-@functools.cache
-def narrow_math_matches(
-    spec: KernelSpec,
-    flags: int,
-    dtype: np.dtype,
-    platform: str,
-    compiler_options: tuple = (),
-    wide_slots: tuple = (),
-) -> bool:
-    """Whether the kernel's narrow (or mixed) form `flags` gives the bits XLA's code gives for
-    the update written in `dtype` on `platform` (jax.jit's `compiler_options`): both compiled
-    alone and run on the same random operands (two tensors, one of them a vector's odd tail;
-    the per-tensor slots `wide_slots` in f32)."""
-    if spec.tensors is None:
-        raise ValueError(f"{spec.name} is not a multi-tensor kernel")
-    shared, per_tensor, _ = spec.tensors
-    rng = np.random.default_rng(0)
-    scalars = [np.float32(np.asarray(x, dtype)) for x in rng.uniform(0.05, 1.0, shared)]
-    tensors = []
-    for size in (4099, 33):
-        for slot in range(per_tensor):  # p, g, then the state (positive, as a second moment)
-            x = rng.standard_normal(size)
-            x = np.abs(x) if slot >= 2 else x
-            tensors.append(x.astype(np.float32 if slot in wide_slots else dtype))
-    operands = [*scalars, *tensors]
-
-    def run(impl):
-        return lambda *ops: spec.apply(list(ops), {"flags": flags, "impl": impl})[0]
-
-    try:
-        compiled, device = autotune.compile_alone(
-            [run("kernel"), run("xla")], operands, platform, compiler_options
-        )
-    except RuntimeError:  # a platform this process has no device of: XLA cannot be asked
-        return False
-    with jax.ensure_compile_time_eval():
-        args = jax.device_put(operands, device)
-        kernel, xla = ([np.asarray(x, np.float32) for x in fn(*args)] for fn in compiled)
-    return all(np.array_equal(a, b, equal_nan=True) for a, b in zip(kernel, xla))
-
-
 def _scaled_by_scalars(graph: Graph, value: Value) -> bool:
     """Whether `value` is only read by multiplications by a rank-0 value. Elsewhere (`p - s`,
     a sum of the step) the whole step or XLA's own code is the better program."""
@@ -100,6 +59,70 @@ def _scaled_by_scalars(graph: Graph, value: Value) -> bool:
         user.name == "mul" and any(v is not value and v.ndim == 0 for v in user.inputs)
         for user in value.users
     )
+
+
+@dataclass(frozen=True)
+class _Guard:
+    """What every form of one update checks of a match, and how a match becomes the kernel's
+    node (see update_rules for the fields)."""
+
+    spec: KernelSpec
+    tensors: tuple
+    scalars: tuple
+    unused: dict
+    narrow_flag: int
+    mixed_flag: int
+    narrow_names: tuple
+
+    @property
+    def dtypes(self) -> dict:
+        """The dtypes of the mixed forms' narrow tensors and hyper-parameters: bf16."""
+        return {n: np.dtype(NARROW[0]) for n in self.narrow_names}
+
+    def build(self, flags: int, graph: Graph, m: Match, outputs: list[Value]) -> Node | None:
+        """The form `flags`'s node for the match `m`, or None where its dtypes or shapes are
+        not the kernel's."""
+        given = [m.get(k) for k in self.tensors]
+        stand_in = next(a for a in given if a is not None)
+        arrays = [stand_in if a is None else a for a in given]
+        dtype, shape = arrays[0].dtype, arrays[0].shape
+        mixed = self.mixed_flag
+
+        def expected(name: str) -> np.dtype:
+            return self.dtypes.get(name, np.dtype(np.float32)) if mixed else dtype
+
+        if not (dtype == np.float32 or dtype in NARROW) or not all(
+            a.dtype == expected(k) and a.shape == shape for k, a in zip(self.tensors, arrays)
+        ):
+            return None
+        operands = []
+        for name in self.scalars:
+            value = m.get(name)
+            if value is None:
+                f32 = arrays[0].aval.update(shape=(), dtype=np.dtype(np.float32))
+                value = Value(f32, const=np.float32(self.unused[name]))
+            elif value.ndim != 0 or value.dtype != expected(name):
+                return None
+            operands.append(value)
+        avals = [v.aval for v in outputs]
+        extra = mixed or (self.narrow_flag if dtype in NARROW else 0)
+        return Node(self.spec, [*operands, *arrays], avals, {"flags": int(flags | extra)})
+
+    def would_select(self, node: Node, ctx: Context) -> tuple[bool, str]:
+        """Whether selection would take a narrow or mixed form's kernel: where its bits equal
+        XLA's on the target (selection.numerics_match)."""
+        flags, target, spec = node.params["flags"], ctx.target, self.spec
+        if not flags & (self.narrow_flag | self.mixed_flag):
+            return True, ""  # f32
+        if not selection.available(target, spec).kernel:
+            return True, ""  # XLA's code runs it anyway (the same operations)
+        wide_slots = tuple(
+            i for i, k in enumerate(self.tensors) if self.mixed_flag and k not in self.narrow_names
+        )
+        dtype = node.inputs[len(self.scalars)].dtype
+        if selection.numerics_match(target, spec, flags, dtype, wide_slots):
+            return True, ""
+        return False, f"XLA's {dtype} arithmetic on {target.platform} rounds unlike the kernel's"
 
 
 def update_rules(
@@ -140,59 +163,15 @@ def update_rules(
         for mode, negated in modes
         for flags in by_parts
     ]
-    dtypes = {n: np.dtype(NARROW[0]) for n in narrow_names}  # bf16
-
-    def builder(flags: int):
-        def build(graph: Graph, m: Match, outputs: list[Value]) -> Node | None:
-            given = [m.get(k) for k in tensors]
-            stand_in = next(a for a in given if a is not None)
-            arrays = [stand_in if a is None else a for a in given]
-            dtype, shape = arrays[0].dtype, arrays[0].shape
-            narrow = dtype in NARROW and not mixed_flag
-
-            def expected(name: str) -> np.dtype:
-                return dtypes.get(name, np.dtype(np.float32)) if mixed_flag else dtype
-
-            if not (dtype == np.float32 or dtype in NARROW) or not all(
-                a.dtype == expected(k) and a.shape == shape for k, a in zip(tensors, arrays)
-            ):
-                return None
-            operands = []
-            for name in scalars:
-                value = m.get(name)
-                if value is None:
-                    f32 = arrays[0].aval.update(shape=(), dtype=np.dtype(np.float32))
-                    value = Value(f32, const=np.float32(unused[name]))
-                elif value.ndim != 0 or value.dtype != expected(name):
-                    return None
-                operands.append(value)
-            avals = [v.aval for v in outputs]
-            extra = mixed_flag or (narrow_flag if narrow else 0)
-            return Node(spec, [*operands, *arrays], avals, {"flags": int(flags | extra)})
-
-        return build
-
-    wide_slots = tuple(i for i, k in enumerate(tensors) if mixed_flag and k not in narrow_names)
-    rounded = narrow_flag | mixed_flag
-
-    def would_select(node: Node, ctx: Context) -> tuple[bool, str]:
-        flags = node.params["flags"]
-        if not flags & rounded or not spec.available(ctx.platform)[0]:
-            return True, ""  # f32, or XLA's code runs it anyway (the same operations)
-        dtype = node.inputs[len(scalars)].dtype
-        options = ctx.compiler_options
-        if narrow_math_matches(spec, flags, dtype, ctx.platform, options, wide_slots):
-            return True, ""
-        return False, f"XLA's {dtype} arithmetic on {ctx.platform} rounds unlike the kernel's"
-
+    guard = _Guard(spec, tensors, scalars, unused, narrow_flag, mixed_flag, narrow_names)
     return [
         FusionRule(
-            from_function(fn, scalars=scalars, dtypes=dtypes, names=names),
-            builder(flags),
+            from_function(fn, scalars=scalars, dtypes=guard.dtypes, names=names),
+            functools.partial(guard.build, flags),
             results_used=True,
             negated=negated,
             root_guard=_scaled_by_scalars if negated else None,
-            would_select=would_select,
+            would_select=guard.would_select,
         )
         for fn, flags, names, negated in forms
     ]
