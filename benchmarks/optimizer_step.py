@@ -24,10 +24,15 @@ with params and state donated:
                      state has optax's dtypes (f32, bf16): it computes in f32 and rounds what
                      it stores, where optax's bf16 update rounds every operation
   kernel             the jgsess kernel alone (its primitive under jax.jit, in place, one call
-                     over every tensor where jgsess.jit makes calls of at most 128). Timed with
-                     jgsess.jit alone (interleaved, 11 to 31 rounds) it was within 3% of it
-                     (resnet50 AdamW f32 24.7 / 24.1 ms, bert-base 90.0 / 92.8 ms); beside every
-                     variant here it runs 4-29% slower, for a cause not found yet
+                     over every tensor where jgsess.jit makes calls of at most 128): what the
+                     CPU kernel itself reaches. It computes what jgsess.jit's program computes,
+                     and as fast: timed beside jgsess.jit alone it was within 3% of it (resnet50
+                     AdamW f32 24.7 / 24.1 ms, bert-base 90.0 / 92.8 ms), and so it was beside
+                     every variant over 7 rounds (momentum f32: resnet50 14.81 / 14.45 ms,
+                     bert-base 58.70 / 57.08 ms). Where a table shows it slower, the rounds'
+                     order put it right after other variants' steps: in the published run, after
+                     jax.jit (twice), optax.flatten and torch in 4 of 5 rounds (a step right
+                     after optax.flatten's measured ~11% slower, jgsess.jit's too)
   nothing computed   a donated step that returns its parameters and state as they are: what
                      JAX's runtime alone costs for the step's arrays (every JAX variant pays it)
 
