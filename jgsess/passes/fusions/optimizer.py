@@ -74,10 +74,17 @@ class _Guard:
     mixed_flag: int
     narrow_names: tuple
 
-    @property
+    @functools.cached_property
     def dtypes(self) -> dict:
         """The dtypes of the mixed forms' narrow tensors and hyper-parameters: bf16."""
         return {n: np.dtype(NARROW[0]) for n in self.narrow_names}
+
+    @functools.cached_property
+    def wide_slots(self) -> tuple:
+        """The per-tensor slots a mixed form keeps in f32."""
+        return tuple(
+            i for i, k in enumerate(self.tensors) if self.mixed_flag and k not in self.narrow_names
+        )
 
     def build(self, flags: int, graph: Graph, m: Match, outputs: list[Value]) -> Node | None:
         """The form `flags`'s node for the match `m`, or None where its dtypes or shapes are
@@ -116,11 +123,8 @@ class _Guard:
             return True, ""  # f32
         if not selection.available(target, spec).kernel:
             return True, ""  # XLA's code runs it anyway (the same operations)
-        wide_slots = tuple(
-            i for i, k in enumerate(self.tensors) if self.mixed_flag and k not in self.narrow_names
-        )
         dtype = node.inputs[len(self.scalars)].dtype
-        if selection.numerics_match(target, spec, flags, dtype, wide_slots):
+        if selection.numerics_match(target, spec, flags, dtype, self.wide_slots):
             return True, ""
         return False, f"XLA's {dtype} arithmetic on {target.platform} rounds unlike the kernel's"
 
