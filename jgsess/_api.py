@@ -1,13 +1,16 @@
 """`jgsess.jit`: a drop-in for `jax.jit` that runs the session pipeline on the traced program.
 
 `jgsess.jit(fun, **options)` returns `jax.jit(_Body(fun), **options)`: jax's own compiled
-function, so every option, attribute, cache and error is jax's. `_Body` runs inside jax.jit's
-trace: it traces `fun` to a jaxpr on jax.jit's tracers, optimizes it and evaluates the result.
+function, so every option, attribute, cache and error is jax's. When jax.jit works out the
+program for a call (`_compat.rewrite_jit_traces`), it traces `fun` itself, as
+`jax.jit(fun, **options)` would, and compiles what `_Body.rewrite` makes of that jaxpr:
 
     jgsess.jit(f) -> PjitFunction(_Body(f)) + .report / .plain, __wrapped__ = f
-                                   |  one _Body per (f, donation), shared by every jgsess.jit(f)
-                                   v  so jax's trace and executable caches are shared too
-                     make_jaxpr(f)(*tracers) -> compile_jaxpr -> bind into jax.jit's trace
+                        |  one _Body per (f, options), shared by every jgsess.jit(f), so
+                        v  jax's dispatch and executable caches are shared too
+        jax traces f (the trace jax.eval_shape(f) and jax.jit(f) share)
+        -> _Body.rewrite: compile_jaxpr -> the optimized ClosedJaxpr, same inputs and outputs
+        -> jax.jit compiles and runs it (C++ dispatch from the second call)
 
 The body holds `f` weakly (the jitted function holds it strongly): no reference cycles, and
 `f`'s closure is freed when the last jitted function of it goes.
@@ -18,7 +21,6 @@ from __future__ import annotations
 import functools
 import gc
 import inspect
-import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -30,14 +32,12 @@ from . import _compat, _config, platforms
 from .report import Report
 from .session import Session, compile_jaxpr
 
-# the body's frames (its call and its trace of the user's function) stay out of the tracebacks
+# the body's frames (its call under jax.disable_jit(), its rewrite) stay out of the tracebacks
 # of errors raised in user code, as jax.jit's own frames do
 _compat.hide_from_tracebacks(__file__)
 
-# jax.jit's parameters. jgsess reads the donation and static ones itself (to know which leaves
-# are donated); the others only concern jax.jit, which gets every option as given.
+# jax.jit's parameters: jgsess.jit takes the same, and hands every option to jax.jit as given
 _SIGNATURE = inspect.signature(jax.jit)
-READ = frozenset({"static_argnums", "static_argnames", "donate_argnums", "donate_argnames"})
 
 
 class JgsessFallbackWarning(RuntimeWarning):
@@ -60,33 +60,9 @@ class Jitted(metaclass=_JittedType):
     """
 
 
-def _index_tuple(x) -> tuple:
-    return (x,) if isinstance(x, (int, str)) else tuple(x)
-
-
-def _donation(fun: Callable, options: dict) -> tuple[frozenset, frozenset]:
-    """Donated positions and keyword names, completed from the signature as jax.jit does:
-    given only numbers, the names follow, and the other way round."""
-    nums, names = options.get("donate_argnums"), options.get("donate_argnames")
-    if nums is None and names is None:
-        return frozenset(), frozenset()
-    nums = () if nums is None else _index_tuple(nums)
-    names = () if names is None else _index_tuple(names)
-    if options.get("donate_argnums") is None or options.get("donate_argnames") is None:
-        try:
-            params = list(inspect.signature(fun).parameters.values())
-        except (TypeError, ValueError):  # builtins: jax.jit takes numbers only, as is
-            params = []
-        either = [(i, p.name) for i, p in enumerate(params) if p.kind is p.POSITIONAL_OR_KEYWORD]
-        if options.get("donate_argnums") is None:
-            nums = tuple(i for i, name in either if name in names)
-        else:
-            names = tuple(name for i, name in either if i in nums)
-    return frozenset(nums), frozenset(names)
-
-
 class _Body:
-    """The function jax.jit traces: `fun`'s jaxpr, optimized, evaluated on jax.jit's tracers.
+    """What jax.jit compiles for `jgsess.jit(fun)`: jax traces `fun` for it and compiles the
+    jaxpr `rewrite` makes of that trace (`_compat.rewrite_jit_traces`).
 
     `__wrapped__` is `fun` (jax takes the signature, name and source line from it), held weakly.
 
@@ -98,16 +74,14 @@ class _Body:
 
     __slots__ = (
         "_ref",
-        "_weakly_referenceable",
+        "_plain",
         "_options",
-        "_donate_nums",
-        "_donate_names",
         "_plan",
         "_compiler_options",
         "_pinned",
         "_warned",
         "sessions",
-        "compiled",
+        "_rewritten",
         "_reports",
         "__dict__",
         "__weakref__",
@@ -119,14 +93,12 @@ class _Body:
         self, fun: Callable, options: dict, plan: bool = False, reports: _Body | None = None
     ):
         self._ref: Callable[[], Any]
-        self._weakly_referenceable = True
         try:
             self._ref = weakref.ref(fun)
-        except TypeError:  # held strongly, never cached; jax.jit raises when it is called
+        except TypeError:  # held strongly, never cached; jax.jit raises when it traces it
             self._ref = lambda: fun
-            self._weakly_referenceable = False
+        self._plain: Callable[[], Any] = lambda: None
         self._options = options  # jax.jit's, as given: `fun` is traced under them
-        self._donate_nums, self._donate_names = _donation(fun, options)
         self._plan = plan  # compute the whole-program memory plan (report, dumps)
         # jax.jit's compiler options, as sorted (name, value) pairs
         self._compiler_options = tuple(sorted((options.get("compiler_options") or {}).items()))
@@ -134,12 +106,18 @@ class _Body:
         self._pinned = platforms.pinned_device(options)
         self._warned = plan  # a report states a fallback itself
         self.sessions: list[Session] | None = [] if plan else None
-        # signatures (see _signature) this body has compiled; a report's body (`reports`: the
-        # body it reports on) measures no kernel for a signature that body compiled, so it shows
-        # the decisions that program was compiled with
-        self.compiled: set[tuple] = set()
+        # fun's traced jaxprs (jax caches and shares them) -> {(donated inputs, outermost):
+        # the program made of it}: one pipeline run per trace, and the same program object
+        # each time, whose executable jax caches. A report's body (`reports`: the body it
+        # reports on) measures no kernel for a jaxpr that body has compiled, so it shows the
+        # decisions that program was compiled with.
+        self._rewritten: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._reports = reports
         _copy_names(fun, self)
+
+    def forget(self) -> None:
+        """Drop the programs made so far (`clear_cache`): the next trace is rewritten again."""
+        self._rewritten.clear()
 
     @property
     def __wrapped__(self):
@@ -149,91 +127,67 @@ class _Body:
         return repr(self._ref())
 
     def __call__(self, *args, **kwargs):
-        # the cycle collector is off while the program is traced and optimized: the pipeline
-        # makes many small objects, and the collections they triggered (each walking every
-        # object jax holds) took a large share of its time on large programs
-        # (benchmarks/compile_time.py)
-        if not self._weakly_referenceable:
-            weakref.ref(self._ref())  # jax.jit's TypeError: "cannot create weak reference ..."
-        if jax.config.jax_disable_jit:  # jax.jit calls the body op by op: so does the body
-            return self._ref()(*args, **kwargs)
+        # jax.jit calls the function it wraps only under jax.disable_jit(), op by op, on every
+        # call; otherwise it traces the user's function (_compat.rewrite_jit_traces)
+        return self._ref()(*args, **kwargs)
+
+    def plain(self):
+        """`jax.jit` of `fun` under the body's options: what jax traces for the body (its trace,
+        cached, is shared with `jax.eval_shape(fun)` and `jax.jit(fun)`). The one a
+        `jgsess.jit(fun)` still alive holds, so that jax finds its own cached program for it
+        (jax tells jit instances apart), else a new one."""
+        plain = self._plain()
+        if plain is not None:
+            return plain
+        if not isinstance(self._ref, weakref.ref):  # jax.jit's TypeError, without another
+            weakref.ref(self._ref())  # jax.jit of it (jax 0.10.2 crashes on the third)
+        with warnings.catch_warnings():  # jax.jit's option warnings came with jgsess.jit
+            warnings.simplefilter("ignore")
+            return self.keep_plain(jax.jit(self._ref(), **self._options))
+
+    def keep_plain(self, plain):
+        """Hold `plain` (a `jax.jit` of `fun` under the body's options) weakly, for `plain()`:
+        it holds `fun`, which the body holds weakly."""
+        self._plain = weakref.ref(plain)
+        return plain
+
+    def rewrite(self, closed, donated, traced: float):
+        """The program jax.jit compiles in place of `fun`'s jaxpr `closed` (inputs: the
+        enclosing traces' tracers `fun` closes over, then its arrays; `donated`: which inputs
+        are donated): `closed`, optimized, with the same inputs and outputs. `traced`: the
+        trace's seconds. A pipeline failure gives `closed` itself, as jax.jit would run it.
+
+        The cycle collector is off meanwhile: the pipeline makes many small objects, and the
+        collections they triggered (each walking every object jax holds) took a large share
+        of its time on large programs (benchmarks/compile_time.py)."""
+        outermost = _compat.outside_any_trace()
+        done = self._rewritten.setdefault(closed, {})
+        key = (tuple(donated), outermost)
+        if key in done:
+            return done[key] or closed
+        reported = self._reports is not None and closed in self._reports._rewritten
         collecting = gc.isenabled()
         gc.disable()
         try:
-            flat, treedef = jax.tree.flatten((args, kwargs))
-            dynamic = [i for i, leaf in enumerate(flat) if isinstance(leaf, jax.Array)]
-            donated = self._donated(args, kwargs)
-            signature = _signature(treedef, flat, dynamic)
-            start = time.perf_counter()
-            closed, lifted, out_tree = self._trace(args, kwargs, flat, treedef, dynamic)
-            traced = time.perf_counter() - start
-            outs, session = self._run(
-                closed,
-                [False] * len(lifted) + [donated[i] for i in dynamic],
-                None
-                if self._reports is not None and _contains(self._reports.compiled, signature)
-                else traced,
-                lifted + [flat[i] for i in dynamic],
+            program, session = self._optimize(
+                closed, donated, outermost, None if reported else traced
             )
-            _add(self.compiled, signature)
-            session.seconds = {"trace": traced, **session.seconds}
-            _record(session.seconds)
-            if self.sessions is not None:
-                self.sessions.append(session)
-            return jax.tree.unflatten(out_tree, outs)
         finally:
             if collecting:
                 gc.enable()
+        session.seconds = {"trace": traced, **session.seconds}
+        _record(session.seconds)
+        if self.sessions is not None:
+            self.sessions.append(session)
+        done[key] = None if program is closed else program  # no value holds its key
+        return program
 
-    def _trace(self, args: tuple, kwargs: dict, flat: list, treedef, dynamic: list[int]):
-        """`fun`'s jaxpr on these arguments, traced as `jax.jit(fun, **options)` traces it: a
-        trace jax already holds (from `jax.eval_shape(fun)`, `jax.jit(fun)` or an earlier
-        jgsess.jit body) is reused, and one made here serves them. Returns the ClosedJaxpr
-        (inputs: the enclosing traces' tracers it closes over, then the arrays), those tracers
-        and the results' tree.
-
-        Static arguments whose `__eq__` raises are closed over instead: jax's caches would
-        compare them with jax.jit's own entry for this call (equal hashes) and raise, where
-        jax.jit, looking them up once, runs."""
-        fun, arrays = self._ref(), set(dynamic)
-        if all(_comparable(leaf) for i, leaf in enumerate(flat) if i not in arrays):
-            with warnings.catch_warnings():  # jax.jit's option warnings came with jgsess.jit
-                warnings.simplefilter("ignore")
-                traceable = jax.jit(fun, **self._options)
-        else:
-
-            def flat_fun(*values):
-                leaves = list(flat)
-                for i, value in zip(dynamic, values):
-                    leaves[i] = value
-                a, k = jax.tree.unflatten(treedef, leaves)
-                return fun(*a, **k)
-
-            traceable = jax.jit(flat_fun)
-            args, kwargs = tuple(flat[i] for i in dynamic), {}
-        # jax explains cache misses of the traced function (this body, named as fun), not of
-        # the pipeline's own traces
-        with jax.explain_cache_misses(False):
-            traced = traceable.trace(*args, **kwargs)
-        lifted = _compat.traced_consts(traced)
-        _compat.reject_escaped_tracers(lifted)
-        return traced.jaxpr, lifted, jax.tree.structure(traced.out_info)
-
-    def _donated(self, args: tuple, kwargs: dict) -> list[bool]:
-        """Per leaf of (args, kwargs): whether it is donated."""
-        marks = (
-            [jax.tree.map(lambda _, i=i: i in self._donate_nums, a) for i, a in enumerate(args)],
-            {k: jax.tree.map(lambda _, k=k: k in self._donate_names, v) for k, v in kwargs.items()},
-        )
-        return [bool(m) for m in jax.tree.leaves(marks)]
-
-    def _run(self, closed, donated: list[bool], traced: float | None, args: list):
-        """The optimized program's results on `args` (bound into jax.jit's trace) and its
-        Session; on a pipeline failure, `closed`'s own results. `traced`: the trace's seconds,
-        None where no kernel may be measured."""
+    def _optimize(self, closed, donated, outermost: bool, traced: float | None):
+        """The optimized program and its Session; on a pipeline failure, `closed` and a Session
+        that says why. `traced`: the trace's seconds, None where no kernel may be measured."""
         try:
             with jax.explain_cache_misses(False):
-                program, session = compile_jaxpr(
+                return compile_jaxpr(
                     closed,
                     name=self.__name__,
                     donated=donated,
@@ -241,20 +195,15 @@ class _Body:
                     plan=self._plan,
                     traced=traced,
                     compiler_options=self._compiler_options,
-                    outermost=_compat.traced_at_top_level(),
+                    outermost=outermost,
                 )
-            emitting = time.perf_counter()
-            outs = program(args)
-            session.seconds["emit"] = time.perf_counter() - emitting
-            return outs, session
         except Exception as err:  # noqa: BLE001 - any pipeline failure falls back
             if _config.strict():
                 raise
             self._fall_back(err)
             fallback = f"{type(err).__name__}: {err}"
             platform = platforms.program_platform(self._pinned)
-            session = Session(self.__name__, platform, fallback=fallback)
-            return _compat.jaxpr_as_fun(closed)(*args), session
+            return closed, Session(self.__name__, platform, fallback=fallback)
 
     def _fall_back(self, err: Exception) -> None:
         if self._warned:
@@ -268,30 +217,7 @@ class _Body:
         )
 
 
-def _signature(treedef, flat: list, dynamic: list[int]) -> tuple:
-    """What tells one compilation of a body from another: the tree, the arrays' types, and the
-    other leaves (static arguments; by identity where they are not hashable)."""
-    arrays = set(dynamic)
-    return (
-        treedef,
-        tuple(jax.typeof(x) if i in arrays else _hashable(x) for i, x in enumerate(flat)),
-    )
-
-
-def _add(compiled: set, signature: tuple) -> None:
-    """Records a compiled signature; one whose static arguments cannot be compared (their
-    __eq__ raises) is not recorded: jax.jit's own cache raises its error for them."""
-    try:
-        compiled.add(signature)
-    except Exception:  # noqa: BLE001 - the user's __eq__, whatever it raises
-        pass
-
-
-def _contains(compiled: set, signature: tuple) -> bool:
-    try:
-        return signature in compiled
-    except Exception:  # noqa: BLE001 - the user's __eq__, whatever it raises
-        return False
+_compat.rewrite_jit_traces(_Body)
 
 
 def _named(fun: Callable, attr: str):
@@ -313,22 +239,6 @@ def _copy_names(fun: Callable, body) -> None:
     body.__module__ = getattr(fun, "__module__", "<unknown module>")
     body.__doc__ = getattr(fun, "__doc__", "") or ""
     body.__annotations__ = getattr(fun, "__annotations__", {})
-
-
-def _comparable(leaf) -> bool:
-    try:
-        leaf == leaf  # noqa: B015, PLR0124 - whether the user's __eq__ raises
-    except Exception:  # noqa: BLE001 - the user's __eq__, whatever it raises
-        return False
-    return True
-
-
-def _hashable(leaf):
-    try:
-        hash(leaf)
-    except TypeError:
-        return id(leaf)
-    return leaf
 
 
 def _record(seconds: dict[str, float]) -> None:
@@ -395,13 +305,24 @@ def jit(fun=_SIGNATURE.parameters["fun"].default, /, **options):
         warnings.simplefilter("ignore")  # its warnings come once, from the jax.jit below
         plain = jax.jit(fun, **options)
     body = _body(fun, options)
+    body.keep_plain(plain)
     jitted = jax.jit(body, **options)
     jitted.__wrapped__ = fun
     jitted._jgsess_body = body
     jitted.plain = lambda: plain
     jitted.plain.__doc__ = "`jax.jit` of the same function and options: the baseline."
     jitted.report = functools.partial(_report, fun, body, options, plain)
+    # the jitted function held weakly: its own attribute, it would make a reference cycle
+    jitted.clear_cache = functools.partial(_clear_cache, weakref.ref(jitted), body, plain)
     return jitted
+
+
+def _clear_cache(jitted: weakref.ref, body: _Body, plain) -> None:
+    """What `jax.jit(fun).clear_cache()` clears (the dispatch cache, `fun`'s traces and their
+    executables), and the programs the body made of those traces."""
+    type(plain).clear_cache(jitted())
+    plain.clear_cache()
+    body.forget()
 
 
 jit.__signature__ = _SIGNATURE.replace(  # type: ignore[attr-defined]

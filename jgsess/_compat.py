@@ -5,15 +5,16 @@ or renames something means one edit: the classes, the names of the call-like pri
 of their params (nested `jit`, custom derivatives), the params that change between releases
 (`out_dtype`, `sharding`, ...). Sub-jaxprs are found by type. No other module names these
 (tests/test_vocabulary.py). The modules used are public (`jax.extend.core`, `jax.ffi`,
-`jax.interpreters.{ad,batching,mlir}`) but for four private names jax offers no public form of,
+`jax.interpreters.{ad,batching,mlir}`) but for five private names jax offers no public form of,
 each with its reason below: the registry of primitives that need devices at lowering time,
-the tracers a `Traced` closed over, the traces enclosing the current one (whether a tracer's
-trace has ended, whether a program is traced inside another), and the registry of files hidden
-from tracebacks.
+jax.jit's step from a call to its traced program (where jgsess puts its rewrite), the tracing
+of a program jgsess made, the current trace (whether a program is traced inside another),
+and the registry of files hidden from tracebacks.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import jax
@@ -115,55 +116,72 @@ def hide_from_tracebacks(path: str) -> None:
     traceback_util.register_exclusion(path)
 
 
-def traced_consts(traced) -> list:
-    """The values a `jax.jit(...).trace(...)` turned into leading inputs of its jaxpr: tracers
-    of enclosing traces (grad, vmap, jit) that the function closes over. `jax.make_jaxpr`
-    reads the same private fields."""
-    count = traced._num_consts
-    if not count:
-        return []
-    consts = getattr(traced, "_consts", None)  # jax >= 0.8; 0.7 keeps them with the arguments
-    return list(consts if consts is not None else traced._args_flat[:count])
+def rewrite_jit_traces(body_type: type) -> None:
+    """Put jgsess between jax.jit's trace of a function and its compilation (once per process).
+
+    jax.jit works a call's program out in one private function, `pjit._infer_params(fun,
+    jit_info, args, kwargs)`: on each miss of its C++ dispatch cache and for `trace`, `lower`
+    and `eval_shape`. It returns the traced ClosedJaxpr beside everything jax.jit compiles it
+    with. For a `fun` of `body_type` (jgsess.jit's body), the wrapper installed here traces
+    `body_type.plain(fun)` (`jax.jit` of the user's function under the same options) as jax
+    would, through the trace caches jax shares with `jax.eval_shape` and `jax.jit`, then
+    compiles `body_type.rewrite(fun, closed, donated_invars, seconds_traced)` in its place: a
+    ClosedJaxpr with the same inputs and outputs. Dispatch, executables, the C++ fast path, the
+    AOT stages and errors stay jax.jit's, and every other function is jax's alone. jax offers
+    no public way to hand jax.jit a jaxpr of one's own; the function and its two callers are
+    the same from jax 0.7 to 0.11."""
+    from jax._src import pjit
+
+    original = pjit._infer_params
+    if getattr(original, "rewrites", None) is body_type:
+        return
+
+    def _infer_params(fun, jit_info, args, kwargs):
+        if type(fun) is not body_type:
+            return original(fun, jit_info, args, kwargs)
+        # looked up on the type: the body's __dict__ holds what it copied from the user's
+        # function, which may be another jitted function's `plain`
+        plain = body_type.plain(fun)
+        start = time.perf_counter()
+        params, args_flat = original(plain._fun, plain._jit_info, args, kwargs)
+        traced = time.perf_counter() - start
+        closed = params.params["jaxpr"]
+        rewritten = body_type.rewrite(fun, closed, params.params["donated_invars"], traced)
+        if rewritten is not closed:
+            params = params._replace(params={**params.params, "jaxpr": rewritten})
+        return params, args_flat
+
+    _infer_params.rewrites = body_type  # type: ignore[attr-defined]
+    pjit._infer_params = _infer_params
+    # the wrapper's frame sits between jax.jit's and the user's function: hidden from the
+    # tracebacks of errors raised in user code, as jax's own are
+    hide_from_tracebacks(__file__)
 
 
-def reject_escaped_tracers(values) -> None:
-    """jax's UnexpectedTracerError for a tracer among `values` that escaped an earlier
-    transformation through a side effect: one whose trace has ended, or that belongs to no
-    trace enclosing the current one.
+def trace_closed_jaxpr(fun: Callable, avals, debug_info=None):
+    """`fun`'s ClosedJaxpr on inputs of types `avals` (weak types kept), traced in the current
+    trace as `jax.make_jaxpr` would, but outside jax's trace cache: jgsess traces programs it
+    made, which are never traced twice, and jax counts (and caches) only the user's traces.
+    `debug_info`: jax's description of the function, for its error messages (default: one
+    made from `fun`)."""
+    from jax._src import api_util
+    from jax._src import linear_util as lu
+    from jax._src.interpreters import partial_eval as pe
 
-    jax.jit raises it when the program it runs closes over such a tracer, even one whose result
-    is unused; the pipeline removes unused values before jax would see them, so the check is
-    made here, with jax's own test and message. The enclosing traces are followed through
-    their `parent_trace`; where a trace does not name its parent, only ended traces count."""
+    avals = list(avals)
+    if debug_info is None:
+        debug_info = api_util.debug_info("jgsess", fun, tuple(avals), {})
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=debug_info), avals)
+    return jex.ClosedJaxpr(jaxpr, consts)
+
+
+def outside_any_trace() -> bool:
+    """Whether nothing is being traced: a program worked out now runs as it is, on the
+    caller's arrays, rather than inside another program's trace or a transformation (grad,
+    vmap)."""
     from jax._src import core
 
-    enclosing, trace, complete = set(), core.trace_ctx.trace, True
-    while trace is not None and not isinstance(trace, core.EvalTrace):
-        enclosing.add(id(trace))
-        if not hasattr(trace, "parent_trace"):
-            complete = False
-            break
-        trace = trace.parent_trace
-    for value in values:
-        if isinstance(value, Tracer) and (
-            not value._trace.is_valid() or (complete and id(value._trace) not in enclosing)
-        ):
-            raise core.escaped_tracer_error(value)
-
-
-def traced_at_top_level() -> bool:
-    """Whether the trace being built (a jax.jit body's) is the outermost one: evaluated as
-    it is, on the caller's arrays, rather than inside another program's trace or a
-    transformation (grad, vmap)."""
-    from jax._src import core
-
-    parent = getattr(core.trace_ctx.trace, "parent_trace", None)
-    return parent is None or isinstance(parent, core.EvalTrace)
-
-
-def jaxpr_as_fun(closed):
-    """A callable that evaluates `closed` by binding its equations."""
-    return jex.jaxpr_as_fun(closed)
+    return isinstance(core.trace_ctx.trace, core.EvalTrace)
 
 
 def bind(primitive, params: dict, invals) -> list:

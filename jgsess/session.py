@@ -1,19 +1,18 @@
 """One compilation: jaxpr -> kernel graph -> pipeline -> optimized jaxpr, and its record.
 
 This is the counterpart of MindSpore's GPUSession::CompileGraphImpl; `jgsess.jit` runs it once
-per input signature, inside jax.jit's trace.
+per traced jaxpr, between jax.jit's trace of the function and its compilation.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import time
 from dataclasses import dataclass, field
 
-from . import _compat, _config, autotune, platforms
-from .emit import evaluate
+from . import _config, autotune, platforms
+from .emit import to_closed_jaxpr
 from .ir import from_jaxpr
 from .ir.graph import Graph
 from .passes.manager import CompileRecord, Context, PassRecord, run_pipeline
@@ -33,7 +32,7 @@ class Session:
     fallback: str | None = None
     # the optimized graph, kept where the compilation was asked for a plan (a report's)
     graph: Graph | None = None
-    # the pipeline's own time: "trace" (to a jaxpr), "passes", "emit" (into jax.jit's trace)
+    # the pipeline's own time: "trace" (to a jaxpr), "passes", "emit" (the optimized jaxpr)
     seconds: dict = field(default_factory=dict)
 
 
@@ -48,8 +47,9 @@ def compile_jaxpr(
     compiler_options: tuple = (),
     outermost: bool = True,
 ):
-    """Optimize `closed`; returns (program, Session), where `program(args)` binds the optimized
-    program into the current trace (`emit.evaluate`). Raises on pipeline failure.
+    """Optimize `closed`; returns (program, Session), where `program` is the optimized
+    ClosedJaxpr, with `closed`'s inputs and outputs (`closed` itself where nothing changed).
+    Raises on pipeline failure.
 
     `pinned`: the device the program is placed on (platforms.pinned_device; None: the default
     device). `plan` asks for the whole-program memory plan (for the report; `JGSESS_DUMP`
@@ -89,8 +89,11 @@ def compile_jaxpr(
         # step, where XLA measured faster): the function's own operations, as jax.jit would
         # give them to XLA (the fused nodes' references, though equal, ran up to 10% slower
         # there: BERT-base momentum bf16, 71.6 against 64.7 ms)
-        return functools.partial(_as_traced, closed), session
-    return functools.partial(evaluate, graph), session
+        return closed, session
+    emitting = time.perf_counter()
+    program = to_closed_jaxpr(graph, closed.in_avals, closed.jaxpr.debug_info)
+    session.seconds["emit"] = time.perf_counter() - emitting
+    return program, session
 
 
 def _takes_a_kernel(graph: Graph) -> bool:
@@ -99,7 +102,3 @@ def _takes_a_kernel(graph: Graph) -> bool:
         for g in graph.walk()
         for node in g.live()
     )
-
-
-def _as_traced(closed, args: list) -> list:
-    return _compat.jaxpr_as_fun(closed)(*args)

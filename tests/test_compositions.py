@@ -134,8 +134,14 @@ def _compositions():
         st.tuples(st.booleans(), st.lists(layer, min_size=1, max_size=3))
         .map(lambda t: (["jit"] if t[0] else []) + [n for names in t[1] for n in names])
         .filter(lambda names: 2 <= len(names) <= 4)
-        .filter(lambda names: sum(n in ("grad", "hessian", "vjp") for n in names) <= 2)
+        .filter(lambda names: sum(_ORDER.get(n, 0) for n in names) <= 3)
     )
+
+
+# derivatives' orders: up to the third. jax.jit of a fourth (hessian of hessian) of the
+# BatchNorm block crashes jax 0.10.2 itself (a segmentation fault in XLA's CPU code, no jgsess
+# imported) on an AMD EPYC machine
+_ORDER = {"grad": 1, "vjp": 1, "hessian": 2}
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

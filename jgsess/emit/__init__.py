@@ -1,5 +1,5 @@
 """Emission: run the optimized graph as jax operations, re-traced into a jaxpr."""
 
-from .interpreter import emit, evaluate, to_closed_jaxpr
+from .interpreter import emit, to_closed_jaxpr
 
-__all__ = ["emit", "evaluate", "to_closed_jaxpr"]
+__all__ = ["emit", "to_closed_jaxpr"]

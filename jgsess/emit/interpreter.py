@@ -9,7 +9,6 @@ again by `jax.shard_map` itself, inside its mesh's manual context.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from .. import _compat
@@ -58,24 +57,15 @@ def changed_deep(graph: Graph) -> bool:
     return any(g.changed for g in graph.walk())
 
 
-def evaluate(graph: Graph, args) -> list:
-    """`graph`'s results on `args`, bound into the current trace: its source jaxpr where no pass
-    changed it, else `emit` straight into the trace. A program with effects is emitted into a
-    jaxpr of its own first, so a failure half way leaves no effect (a `debug.print`, say) in the
-    trace to be run again by the fallback."""
-    if graph.source is not None and not changed_deep(graph):
-        return _compat.jaxpr_as_fun(graph.source)(*args)
-    if any(node.effects for g in graph.walk() for node in g.live()):
-        return _compat.jaxpr_as_fun(to_closed_jaxpr(graph))(*args)
-    return emit(graph, args)
-
-
-def to_closed_jaxpr(graph: Graph):
-    """The ClosedJaxpr computing `graph`: its source if nothing changed, else a re-trace."""
+def to_closed_jaxpr(graph: Graph, avals=None, debug_info=None):
+    """The ClosedJaxpr computing `graph`: its source if nothing changed, else `emit` traced on
+    inputs of types `avals` (default: `graph`'s own). `debug_info`: jax's description of the
+    function, for its error messages."""
     if graph.source is not None and not changed_deep(graph):
         return graph.source
-    structs = [_compat.shape_struct(v.aval) for v in graph.inputs]
-    return jax.make_jaxpr(lambda *args: emit(graph, args))(*structs)
+    if avals is None:
+        avals = [v.aval for v in graph.inputs]
+    return _compat.trace_closed_jaxpr(lambda *args: emit(graph, args), avals, debug_info)
 
 
 def _params_with_subgraphs(node: Node) -> dict:
