@@ -26,7 +26,8 @@ TESTING_STAMP := $(VENV)/.jgsess-testing-built
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f)
 CSRC := $(shell find csrc -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh')
 
-.PHONY: demo test test-peer build bench lint typecheck test-oldest-jax test-device-jax clean
+.PHONY: demo test test-peer test-public-road build build-testing bench tools lint typecheck \
+	test-oldest-jax test-device-jax clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,27 +45,43 @@ $(TESTING_STAMP): $(STAMP) tests/native/build.py
 	$(PY) tests/native/build.py
 	touch $(TESTING_STAMP)
 
+build-testing: $(TESTING_STAMP)
+
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
 test: $(STAMP) $(TESTING_STAMP)
 	$(PY) -m pytest -q $(TESTS) $(PYTEST_ARGS)
 
+# jgsess.jit's public road (jax's public API alone, JGSESS_ROAD=public) through the fusion,
+# jit-parity and composition suites; tests marked hook_road are strict xfails there
+PUBLIC_ROAD_TESTS ?= tests/passes tests/test_jit_parity.py tests/test_compositions.py \
+	tests/test_jit.py tests/test_roads.py
+test-public-road: $(STAMP) $(TESTING_STAMP)
+	JGSESS_ROAD=public $(PY) -m pytest -q $(PUBLIC_ROAD_TESTS)
+
 # JAX's jit tests (api_test.py, jax_jit_test.py of jax $(PEER_JAX)), read in place from PEER, run
 # with every jax.jit they write swapped for jgsess.jit (PEER_JIT=jax: the baseline, nothing
-# swapped). They test that jax release: skipped, saying why, where PEER or that jax is missing.
+# swapped). They test that jax release: skipped, saying why, where PEER or that jax is missing;
+# PEER_REQUIRED=1 (CI) makes a skip an error.
 PEER ?= ../shared/peer/jax-$(PEER_JAX)/tests
 PEER_JAX := 0.10.2
 PEER_JIT ?= jgsess
+PEER_REQUIRED ?= 0
+PEER_SKIP = echo "test-peer: skipped, $(1)"; [ "$(PEER_REQUIRED)" != 1 ]
 test-peer: $(STAMP)
-	@if [ ! -d "$(PEER)" ]; then echo "test-peer: skipped, no JAX tests at $(PEER)"; \
+	@if [ ! -d "$(PEER)" ]; then $(call PEER_SKIP,no JAX tests at $(PEER)); \
 	elif [ "$$($(PY) -c 'import jax; print(jax.__version__)')" != "$(PEER_JAX)" ]; then \
-	  echo "test-peer: skipped, JAX's tests at $(PEER) are jax $(PEER_JAX)'s, .venv has another"; \
+	  $(call PEER_SKIP,JAX's tests at $(PEER) are jax $(PEER_JAX)'s: .venv has another); \
 	else $(PY) -m pytest -q -p no:cacheprovider -p tests.peer.swap --jit=$(PEER_JIT) -c /dev/null \
 	  --rootdir "$(abspath $(PEER))/.." "$(PEER)/api_test.py" "$(PEER)/jax_jit_test.py"; fi
 
 bench: $(STAMP) $(TESTING_STAMP)
 	$(PY) benchmarks/optimizer_step.py
+
+# the linters and the type checker, installed in .venv (CI installs them before its legs run)
+tools: $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(LINT_TOOLS) $(TYPECHECK_TOOLS)
 
 lint: $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(LINT_TOOLS)

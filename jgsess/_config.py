@@ -1,4 +1,10 @@
-"""Debugging switches, read from the environment each time they are needed.
+"""jgsess's settings, read from the environment in this one module.
+
+A setting is read when a program is compiled: each new trace of a jgsess.jit function (a new
+signature, or any after `f.clear_cache()`) and each new `jgsess.jit(f)` compiles under the
+settings of that moment; a program already compiled keeps those it was compiled under
+(`fingerprint`). JGSESS_SIMD is read once, when jgsess._C loads; JGSESS_ROAD when each
+jgsess.jit function is made.
 
 JGSESS_DUMP=dir        write the graph after each pass (text, .dot), the execution order (CSV)
                        and the memory plan (JSON, PNG) under dir/<function>-<n>/
@@ -19,11 +25,25 @@ JGSESS_STRICT=1        a failure inside the pipeline raises instead of falling b
 JGSESS_VERIFY=1        check the graph's invariants after every pass (always on in the tests)
 JGSESS_AUTOTUNE=1|0|cached, JGSESS_AUTOTUNE_CACHE=path, JGSESS_AUTOTUNE_BUDGET=s
                        kernel measurement: see jgsess/autotune.py
+JGSESS_ROAD=public     jgsess.jit functions made from now on take the public road (jax's
+                       public API only, jgsess/_replay.py) even where jax.jit's step is hooked
 """
 
 from __future__ import annotations
 
 import os
+
+
+def fingerprint() -> tuple:
+    """Every JGSESS_* setting as it is now, as sorted (name, value) pairs: what a compiled
+    program is kept under."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("JGSESS_")))
+
+
+def road() -> str:
+    """JGSESS_ROAD: "public" forces jgsess.jit's public road; else "hook" (the hook where its
+    probe passes, the public road where not)."""
+    return "public" if os.environ.get("JGSESS_ROAD", "").strip().lower() == "public" else "hook"
 
 
 def _flag(name: str) -> bool:

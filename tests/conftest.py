@@ -63,6 +63,13 @@ def tuning(monkeypatch, tmp_path):
 
 
 def pytest_collection_modifyitems(config, items):
+    from jgsess import _config
+
+    if _config.road() == "public":
+        # jgsess.jit's public road differs from jax.jit where these tests say (README's Limits)
+        for item in items:
+            for mark in item.iter_markers("hook_road"):
+                item.add_marker(pytest.mark.xfail(strict=True, reason=mark.args[0]))
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device and jgsess built with CUDA")

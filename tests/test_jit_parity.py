@@ -241,6 +241,10 @@ class Incomparable:
         raise RuntimeError("cannot compare")
 
 
+@pytest.mark.hook_road(
+    "the public road traces the function inside the body's trace: one more of jax's caches "
+    "compares the static argument"
+)
 def test_a_static_argument_whose_eq_raises_is_a_value_error_as_with_jax_jit():
     """jax's caches compare static arguments and turn the user's exception into a ValueError
     (which of its caches compares first depends on what ran before); jgsess's record of what
@@ -356,6 +360,7 @@ def test_user_contexts_trace_once_per_value():
     assert counts[1] == counts[0]
 
 
+@pytest.mark.hook_road("jax counts the public road's body's trace beside the function's")
 def test_jax_counts_the_same_traces_and_dispatches_in_cpp_from_the_second_call():
     """jax's own counters (those of its jit tests): one trace per signature shared with
     eval_shape, none more per user-context value, and no call after the first leaves jax's C++
@@ -486,7 +491,7 @@ def test_explain_cache_misses_names_the_users_function(caplog):
         f(jnp.ones(3))
     text = caplog.text
     assert "users_step" in text and "test_jit_parity.py" in text
-    assert "_api.py" not in text
+    assert "_api.py" not in text and "_body.py" not in text and "_replay.py" not in text
 
 
 def test_decorator_without_arguments_and_with():

@@ -1,4 +1,4 @@
-"""jax's vocabulary lives in jgsess/_compat.py: no other module names the call-like primitives,
+"""jax's vocabulary lives in jgsess/_compat/: no other module names the call-like primitives,
 their params, the params that change between releases, or jax's private classes and modules."""
 
 import ast
@@ -70,7 +70,7 @@ def test_only_compat_names_jax_vocabulary():
     for folder, _, files in os.walk(PACKAGE):
         for name in files:
             path = os.path.join(folder, name)
-            if not name.endswith(".py") or path == os.path.join(PACKAGE, "_compat.py"):
+            if not name.endswith(".py") or folder == os.path.join(PACKAGE, "_compat"):
                 continue
             with open(path) as f:
                 source = f.read()

@@ -8,7 +8,23 @@ FAIL_UNDER_JAX: dict[str, str] = {}
 DIFFER_UNDER_JGSESS: dict[str, str] = {
     "api_test.py::TracebackTest::test_jit_traceback": (
         "the stack inside f holds one more frame: jgsess's step in jax.jit's tracing "
-        "(_compat.rewrite_jit_traces), which traces f through jax's own function and "
+        "(_compat.install_jit_hook), which traces f through jax's own function and "
         "rewrites the result: 7 frames against 6"
+    ),
+}
+
+# where jgsess.jit takes its public road (JGSESS_ROAD=public, or where the hook's probe fails):
+# jax.jit traces jgsess's body, which traces f with jax.jit(f).trace
+DIFFER_ON_THE_PUBLIC_ROAD: dict[str, str] = {
+    "api_test.py::APITest::test_eval_shape_trace_cache_share": (
+        "jax counts the body's trace beside f's: 2 traces against 1"
+    ),
+    "api_test.py::APITest::test_user_trace_context_hooks": (
+        "jax counts the body's trace beside f's: 8 traces against 4"
+    ),
+    "api_test.py::JitTest::test_cpp_jit_raises_on_non_hashable_static_argnum": (
+        "f's trace inside the body's compares the static argument in one more of jax's "
+        "caches, whose ValueError says 'metadata fields of pytree' rather than 'static "
+        "arguments should be comparable'"
     ),
 }

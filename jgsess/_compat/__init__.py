@@ -5,16 +5,27 @@ or renames something means one edit: the classes, the names of the call-like pri
 of their params (nested `jit`, custom derivatives), the params that change between releases
 (`out_dtype`, `sharding`, ...). Sub-jaxprs are found by type. No other module names these
 (tests/test_vocabulary.py). The modules used are public (`jax.extend.core`, `jax.ffi`,
-`jax.interpreters.{ad,batching,mlir}`) but for five private names jax offers no public form of,
-each with its reason below: the registry of primitives that need devices at lowering time,
-jax.jit's step from a call to its traced program (where jgsess puts its rewrite), the tracing
-of a program jgsess made, the current trace (whether a program is traced inside another),
-and the registry of files hidden from tracebacks.
+`jax.interpreters.{ad,batching,mlir}`) but for five uses of private names jax offers no
+public form of, each with its reason and what jgsess does where a jax release moved them
+(never an error at `import jgsess` or in a user's `jax.jit`):
+
+    use                                  private names                       where moved
+    primitives that need devices when    dispatch.prim_requires_devices_     several devices lower
+      lowering (custom_partitioning)       during_lowering                     the reference
+    jax.jit's step from a call to its    pjit._infer_params, a jitted        the public road
+      traced program (jit_hook.py)         function's _fun and _jit_info,      (jgsess/_replay.py)
+                                           its params' NamedTuple _replace
+    tracing a program jgsess made        api_util.debug_info, linear_util.   jax.make_jaxpr
+      (trace_closed_jaxpr)                 wrap_init, partial_eval.trace_to_
+                                           jaxpr_dynamic
+    the current trace                    core.trace_ctx, core.EvalTrace      planned as top-level
+      (outside_any_trace)
+    frames hidden from tracebacks        traceback_util.register_exclusion   the frames are shown
 """
 
 from __future__ import annotations
 
-import time
+import importlib
 from collections.abc import Callable
 
 import jax
@@ -48,15 +59,26 @@ def _shard_alike() -> Callable | None:
 shard_alike = _shard_alike()
 
 
-def require_devices_when_lowering(primitive) -> None:
-    """Mark `primitive` as needing the program's devices at lowering time.
+def _private(module: str, name: str):
+    """jax's private `module.name` (every use of one goes through here); ImportError or
+    AttributeError where this jax has none."""
+    return getattr(importlib.import_module(module), name)
+
+
+def require_devices_when_lowering(primitive) -> bool:
+    """Mark `primitive` as needing the program's devices at lowering time; False where this
+    jax has no such registry.
 
     jax lowers without devices unless the program holds a primitive from this registry, and
     a lowering that wraps `custom_partitioning` needs them (jax's CHANGELOG, 0.4.24). jax offers
-    no public hook (TransformerEngine touches the same registry)."""
-    from jax._src import dispatch
-
-    dispatch.prim_requires_devices_during_lowering.add(primitive)
+    no public hook (TransformerEngine touches the same registry). Without it a program over
+    several devices lowers each kernel to its reference (kernels/partition.py: how_to_lower
+    sees no device assignment), which is never wrong."""
+    try:
+        _private("jax._src.dispatch", "prim_requires_devices_during_lowering").add(primitive)
+    except (ImportError, AttributeError):
+        return False
+    return True
 
 
 # jax's all-reduce primitives: psum, and the psum of a shard_map body that checks which values
@@ -107,81 +129,47 @@ def shard_map_call(params: dict, body, args) -> list:
     return list(mapped(*args))
 
 
-def hide_from_tracebacks(path: str) -> None:
+def hide_from_tracebacks(path: str) -> bool:
     """Hide `path`'s frames from the tracebacks of errors raised through jax.jit, as jax hides
     its own (flax does the same): an error in user code shows the user's frames only.
-    JAX_TRACEBACK_FILTERING=off shows every frame."""
-    from jax._src import traceback_util
-
-    traceback_util.register_exclusion(path)
-
-
-def rewrite_jit_traces(body_type: type) -> None:
-    """Put jgsess between jax.jit's trace of a function and its compilation (once per process).
-
-    jax.jit works a call's program out in one private function, `pjit._infer_params(fun,
-    jit_info, args, kwargs)`: on each miss of its C++ dispatch cache and for `trace`, `lower`
-    and `eval_shape`. It returns the traced ClosedJaxpr beside everything jax.jit compiles it
-    with. For a `fun` of `body_type` (jgsess.jit's body), the wrapper installed here traces
-    `body_type.plain(fun)` (`jax.jit` of the user's function under the same options) as jax
-    would, through the trace caches jax shares with `jax.eval_shape` and `jax.jit`, then
-    compiles `body_type.rewrite(fun, closed, donated_invars, seconds_traced)` in its place: a
-    ClosedJaxpr with the same inputs and outputs. Dispatch, executables, the C++ fast path, the
-    AOT stages and errors stay jax.jit's, and every other function is jax's alone. jax offers
-    no public way to hand jax.jit a jaxpr of one's own; the function and its two callers are
-    the same from jax 0.7 to 0.11."""
-    from jax._src import pjit
-
-    original = pjit._infer_params
-    if getattr(original, "rewrites", None) is body_type:
-        return
-
-    def _infer_params(fun, jit_info, args, kwargs):
-        if type(fun) is not body_type:
-            return original(fun, jit_info, args, kwargs)
-        # looked up on the type: the body's __dict__ holds what it copied from the user's
-        # function, which may be another jitted function's `plain`
-        plain = body_type.plain(fun)
-        start = time.perf_counter()
-        params, args_flat = original(plain._fun, plain._jit_info, args, kwargs)
-        traced = time.perf_counter() - start
-        closed = params.params["jaxpr"]
-        rewritten = body_type.rewrite(fun, closed, params.params["donated_invars"], traced)
-        if rewritten is not closed:
-            params = params._replace(params={**params.params, "jaxpr": rewritten})
-        return params, args_flat
-
-    _infer_params.rewrites = body_type  # type: ignore[attr-defined]
-    pjit._infer_params = _infer_params
-    # the wrapper's frame sits between jax.jit's and the user's function: hidden from the
-    # tracebacks of errors raised in user code, as jax's own are
-    hide_from_tracebacks(__file__)
+    JAX_TRACEBACK_FILTERING=off shows every frame. False where this jax has no such registry
+    (the frames are then shown)."""
+    try:
+        _private("jax._src.traceback_util", "register_exclusion")(path)
+    except (ImportError, AttributeError):
+        return False
+    return True
 
 
 def trace_closed_jaxpr(fun: Callable, avals, debug_info=None):
-    """`fun`'s ClosedJaxpr on inputs of types `avals` (weak types kept), traced in the current
-    trace as `jax.make_jaxpr` would, but outside jax's trace cache: jgsess traces programs it
-    made, which are never traced twice, and jax counts (and caches) only the user's traces.
+    """`fun`'s ClosedJaxpr on inputs of types `avals` (weak types kept), traced in a trace of
+    its own as `jax.make_jaxpr` would, but outside jax's trace cache: jgsess traces programs
+    it made, which are never traced twice, and jax counts (and caches) only the user's traces.
     `debug_info`: jax's description of the function, for its error messages (default: one
-    made from `fun`)."""
-    from jax._src import api_util
-    from jax._src import linear_util as lu
-    from jax._src.interpreters import partial_eval as pe
-
+    made from `fun`). Where jax's tracing functions moved, `jax.make_jaxpr` itself."""
     avals = list(avals)
-    if debug_info is None:
-        debug_info = api_util.debug_info("jgsess", fun, tuple(avals), {})
-    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=debug_info), avals)
+    try:
+        if debug_info is None:
+            describe = _private("jax._src.api_util", "debug_info")
+            debug_info = describe("jgsess", fun, tuple(avals), {})
+        wrapped = _private("jax._src.linear_util", "wrap_init")(fun, debug_info=debug_info)
+        trace = _private("jax._src.interpreters.partial_eval", "trace_to_jaxpr_dynamic")
+    except (ImportError, AttributeError, TypeError):
+        return jax.make_jaxpr(fun)(*map(shape_struct, avals))
+    jaxpr, _, consts = trace(wrapped, avals)
     return jex.ClosedJaxpr(jaxpr, consts)
 
 
 def outside_any_trace() -> bool:
     """Whether nothing is being traced: a program worked out now runs as it is, on the
     caller's arrays, rather than inside another program's trace or a transformation (grad,
-    vmap)."""
-    from jax._src import core
-
-    return isinstance(core.trace_ctx.trace, core.EvalTrace)
+    vmap). Where jax's trace state moved, True: the program is planned as a top-level one,
+    which is right inside another trace too (its inputs are then copied where written)."""
+    try:
+        current = _private("jax._src.core", "trace_ctx").trace
+        return isinstance(current, _private("jax._src.core", "EvalTrace"))
+    except (ImportError, AttributeError):
+        return True
 
 
 def bind(primitive, params: dict, invals) -> list:
