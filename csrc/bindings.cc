@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "common/chunk.h"
+#include "common/cuda_devices.h"
 #include "common/simd.h"
 #include "kernels/kernels.h"
 #include "registrations.h"
@@ -26,6 +27,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("has_cuda", &jgsess::HasCuda, "whether the CUDA kernels were built in");
   m.def("cuda_build", &jgsess::CudaBuild,
         "the GPU code of the CUDA kernels: {'sm': [compute capabilities x10], 'ptx': the PTX's}");
+  m.def("use_cuda_devices", &jgsess::UseCudaDevices, pybind11::arg("ordinals"),
+        "the CUDA devices (runtime ordinals) whose contexts the CUDA handlers load their "
+        "kernels into: those of this process's jax client (default: every device)");
   m.def("cuda_driver_version", &jgsess::CudaDriverVersion,
         "the CUDA driver's version (12010 is 12.1); 0 without a driver or the CUDA kernels");
   m.def(

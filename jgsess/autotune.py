@@ -9,10 +9,18 @@ made here: the compiled kernel and XLA's code for the node's reference, on the p
 Each side is compiled alone and run on random operands, interleaved, 5 to 51 times (about
 50 ms each; the median counts). A compilation starts no new measurement once it has measured
 for a quarter of the time its function took to trace (or `JGSESS_AUTOTUNE_BUDGET` seconds); the
-first always runs. Past it, the cost model decides every node left over (the report lists them
-as "not measured yet"), and later compilations measure them. Measurements are cached in memory
-and in a JSON file keyed by the kernel, operand shapes and dtypes, static params, platform, device
-kind and the jgsess and jax versions, so the next process does not measure again.
+first always runs. A trace jax's cache served (after `jax.eval_shape(f)`, flax's `init`) took
+no time: a trace counts as at least `TRACE_SECONDS_PER_EQUATION` a top-level equation, what jax
+takes to trace one. Past the budget, the cost model decides every node left over (the report
+lists them as "not measured yet"), and later compilations measure them. Measurements are cached
+in memory and in a JSON file keyed by the kernel, operand shapes and dtypes, static params,
+platform, device kind and the jgsess and jax versions, so the next process does not measure
+again.
+
+A failure stays with the decision it belongs to, with one warning naming its cause: a cache
+file that cannot be read or written (a read-only home, a path under a file) keeps the
+measurements in this process's memory; a corrupt one is ignored and replaced; a measurement
+that raises leaves that decision to the cost model (under JGSESS_STRICT=1 it raises).
 
 JGSESS_AUTOTUNE=1|0|cached   1 (default): measure; 0: the cost model decides; cached: decisions
                              cached earlier, else the cost model, never measuring (runs that
@@ -39,9 +47,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _config, platforms
+from ._warnings import warn_once
 
 _MIN_REPS, _MAX_REPS = 5, 51
 _TRACE_SHARE = 0.25  # of a function's trace time, spent measuring at most
+# jax traces an optimizer step at 60-110 us an equation on a 2-core AMD EPYC (optax AdamW,
+# 250 to 4,000 leaves; benchmarks/compile_time.py): a floor below any real trace
+TRACE_SECONDS_PER_EQUATION = 40e-6
 _cache: dict[str, dict] | None = None
 
 
@@ -88,10 +100,14 @@ class Sides:
     placed: bool = False
 
 
-def budget(traced: float) -> float:
-    """Seconds of measuring for a compilation whose function took `traced` seconds to trace."""
+def budget(traced: float, equations: int) -> float:
+    """Seconds of measuring for a compilation whose function took `traced` seconds to trace to
+    `equations` top-level equations (at least TRACE_SECONDS_PER_EQUATION each: jax's cache
+    may have served the trace)."""
     setting = _config.autotune_budget()
-    return setting if setting is not None else _TRACE_SHARE * traced
+    if setting is not None:
+        return setting
+    return _TRACE_SHARE * max(traced, TRACE_SECONDS_PER_EQUATION * equations)
 
 
 def clear_cache() -> None:
@@ -104,14 +120,37 @@ def clear_cache() -> None:
         pass
 
 
+def _unusable(path: str, what: str, err: Exception) -> None:
+    warn_once(
+        f"autotune cache {path}",
+        f"jgsess: the autotune cache {path} {what} ({type(err).__name__}: {err}); measured "
+        "decisions are kept in this process's memory (JGSESS_AUTOTUNE_CACHE names another file)",
+        stacklevel=4,
+    )
+
+
+def _read(path: str) -> dict:
+    """The cache file's decisions; none where it is missing, and none, warned once, where it
+    cannot be read or is not a cache jgsess wrote."""
+    try:
+        with open(path) as f:
+            found = json.load(f)
+        if not isinstance(found, dict):
+            raise ValueError("not a JSON object")
+        return found
+    except FileNotFoundError:
+        return {}
+    except OSError as err:
+        _unusable(path, "cannot be read", err)
+    except ValueError as err:
+        _unusable(path, "is not a cache jgsess wrote: it is ignored and replaced", err)
+    return {}
+
+
 def _load() -> dict[str, dict]:
     global _cache
     if _cache is None:
-        try:
-            with open(_config.autotune_cache()) as f:
-                _cache = json.load(f)
-        except (OSError, ValueError):
-            _cache = {}
+        _cache = _read(_config.autotune_cache())
     return _cache
 
 
@@ -119,17 +158,20 @@ def _store(key: str, entry: dict) -> None:
     cache = _load()
     cache[key] = entry
     path = _config.autotune_cache()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    # merge with what other processes wrote meanwhile, then replace the file atomically
+    folder = os.path.dirname(path) or "."
+    tmp = None
     try:
-        with open(path) as f:
-            cache = {**json.load(f), **cache}
-    except (OSError, ValueError):
-        pass
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(cache, f, indent=0, sort_keys=True)
-    os.replace(tmp, path)
+        os.makedirs(folder, exist_ok=True)
+        # merge with what other processes wrote meanwhile, then replace the file atomically
+        merged = {**_read(path), **cache}
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(merged, f, indent=0, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as err:
+        _unusable(path, "cannot be written", err)
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def key(kernel: str, target: platforms.Target, avals, static: dict) -> str:
@@ -237,11 +279,24 @@ def measured(
         found = Measurement(kernel, key, entry["kernel_s"], entry["xla_s"], cached=True)
     elif setting == "cached":
         return Unmeasured("not measured (JGSESS_AUTOTUNE=cached, none cached)")
-    elif sum(m.seconds for m in log) >= target.budget:
+    elif target.budget is None or (log and sum(m.seconds for m in log) >= target.budget):
+        # (the first measurement of a compilation always runs)
         return Unmeasured("not measured yet (this compilation's measuring budget was spent)", True)
     else:
         start = time.perf_counter()
-        kernel_s, xla_s = measure(sides(), target)
+        try:
+            kernel_s, xla_s = measure(sides(), target)
+        except Exception as err:  # noqa: BLE001 - one decision's failure is that decision's
+            if _config.strict():
+                raise
+            cause = f"{type(err).__name__}: {err}"
+            warn_once(
+                f"measuring {kernel}: {cause}",
+                f"jgsess: measuring {kernel} against XLA's code failed ({cause}); its cost "
+                "model decides",
+                stacklevel=3,
+            )
+            return Unmeasured(f"not measured (measuring failed: {cause})")
         found = Measurement(kernel, key, kernel_s, xla_s, False, time.perf_counter() - start)
         _store(key, {"kernel_s": kernel_s, "xla_s": xla_s})
     log.append(found)

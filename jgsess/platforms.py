@@ -10,9 +10,14 @@ registered, lowered and cached per kernel platform, which is also a name `jax.de
     gpu               ... rocm ...              rocm   (no jgsess kernel: XLA's code)
     tpu               (any)                     tpu    (no jgsess kernel: XLA's code)
 
-A program's platform is that of the devices it runs on, as far as they are known while jax.jit
-traces it: the devices of its `in_shardings`/`out_shardings`, its `device` or `backend`
-option, the default device (`jax.default_device`), else the default backend's first device.
+A program's platform is that of the device jax.jit's options place it on (`pinned_device`: a
+device of its `in_shardings`/`out_shardings`, its `device` or `backend` option, read when
+`jgsess.jit` is called), else of the default device when it is traced (`jax.default_device`,
+else the default backend's first device). The arguments' own placement is not read: a program
+whose arrays are committed to another platform's device is planned for the default one, and
+its kernel calls lower for the platform jax compiles it for (a kernel without a handler there
+lowers to its reference: kernels/spec.py), so its numbers are right, its choices the default
+platform's.
 """
 
 from __future__ import annotations
@@ -89,13 +94,14 @@ class Target:
     reports it: the pinned device, else the default one; None where this process has no
     device of the platform, a program lowered for another machine), jax.jit's
     `compiler_options` as sorted (name, value) pairs, and the seconds the compilation may
-    spend measuring kernels against XLA (`budget`). Targets compare (and hash, for the
-    probes cached per process) by platform and compiler options."""
+    spend measuring kernels against XLA (`budget`; None: none at all, only cached decisions).
+    Targets compare (and hash, for the probes cached per process) by platform and compiler
+    options."""
 
     platform: str
     device: object | None = field(compare=False)
     compiler_options: tuple = ()
-    budget: float = field(default=0.0, compare=False)
+    budget: float | None = field(default=0.0, compare=False)
 
     @classmethod
     def of(cls, pinned=None, platform: str | None = None, compiler_options=(), budget=0.0):

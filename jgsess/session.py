@@ -61,7 +61,7 @@ def compile_jaxpr(
     transformation; see memory/inplace.py).
     """
     start = time.perf_counter()
-    budget = 0.0 if traced is None else autotune.budget(traced)
+    budget = None if traced is None else autotune.budget(traced, len(closed.jaxpr.eqns))
     target = platforms.Target.of(pinned, compiler_options=compiler_options, budget=budget)
     graph = from_jaxpr(closed)
     graph.donated = list(donated)

@@ -80,11 +80,14 @@ def test_clear_cache_and_the_switches(tuning, monkeypatch):
     monkeypatch.setenv("JGSESS_AUTOTUNE", "1")
     monkeypatch.setenv("JGSESS_AUTOTUNE_BUDGET", "0")
     autotune.clear_cache()
-    report = jgsess.jit(step).report(*args)
-    # over budget: the cost model's choice (the kernels), and the report says so
-    assert report.selection == [] and len(calls) == 2
-    assert batch_norm_fusions(report) == {"batch_norm_relu": 1, "batch_norm_relu_grad": 1}
-    assert report.unmeasured == [("batch_norm_relu+batch_norm_relu_grad", "kernel")]
+    add, add_args = linen_step(Block(residual="left"), X, X * 0.5)
+    report = jgsess.jit(lambda a, b: (step(*a), add(*b))).report(args, add_args)
+    # the first measurement always runs; past the budget the cost model's choice (the
+    # kernels), and the report says so
+    assert len(report.selection) == 1 and len(calls) == 3
+    assert sum(batch_norm_fusions(report).values()) == 4
+    (left,) = report.unmeasured
+    assert left[1] == "kernel" and left[0] != report.selection[0].kernel
     assert "not measured yet" in str(report)
 
 
@@ -138,9 +141,12 @@ def test_the_report_of_a_compiled_step_shows_its_decisions_and_measures_nothing(
 
 def test_the_budget_is_a_share_of_the_trace_unless_set(monkeypatch):
     monkeypatch.delenv("JGSESS_AUTOTUNE_BUDGET", raising=False)
-    assert autotune.budget(2.0) == pytest.approx(0.5)
+    assert autotune.budget(2.0, 100) == pytest.approx(0.5)
+    # a trace of 10,000 equations jax's cache served: what tracing them takes
+    floor = autotune.TRACE_SECONDS_PER_EQUATION * 10_000
+    assert autotune.budget(1e-5, 10_000) == pytest.approx(0.25 * floor)
     monkeypatch.setenv("JGSESS_AUTOTUNE_BUDGET", "3")
-    assert autotune.budget(2.0) == 3.0
+    assert autotune.budget(2.0, 100) == 3.0
 
 
 def test_the_key_names_what_the_decision_depends_on():
@@ -218,3 +224,120 @@ def test_an_update_read_by_the_enclosing_step_is_measured_with_it(
         first = jax.jit(side)(*operands)[0]
         np.testing.assert_allclose(first, (p + update).astype(p.dtype), rtol=1e-5, atol=1e-6)
     step(params, tx.init(params), grads)  # runs, the choice taken
+
+
+def clipped_adamw():
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, weight_decay=1e-2))
+    params = [
+        jnp.asarray(np.random.default_rng(i).standard_normal(n), jnp.float32)
+        for i, n in enumerate((300, 77, 1024))
+    ]
+    grads = [p * 0.5 for p in params]
+    return update_step(opt), (params, opt.init(params), grads)
+
+
+def fallbacks(monkeypatch):
+    """The warnings said from here on, each cause once (as in a fresh process)."""
+    from jgsess import _warnings
+
+    monkeypatch.setattr(_warnings, "_said", set())
+    monkeypatch.delenv("JGSESS_STRICT")
+
+
+def fused_with_one_warning(step, args, match: str):
+    """`jgsess.jit(step)` runs the adamw kernel and gives jax.jit's numbers, warning once."""
+    with pytest.warns(jgsess.JgsessFallbackWarning, match=match) as caught:
+        fused = jgsess.jit(step)
+        text = fused.lower(*args).as_text()
+        got = fused(*args)
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert "jgsess_adamw" in text
+    assert_trees_close(got, jax.jit(step)(*args), rtol=2e-6, atol=1e-7)
+    return fused
+
+
+def test_an_unwritable_cache_keeps_every_fusion_with_one_warning(tuning, monkeypatch, tmp_path):
+    fallbacks(monkeypatch)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("JGSESS_AUTOTUNE_CACHE", str(blocker / "autotune.json"))
+    step, args = clipped_adamw()
+    fused = fused_with_one_warning(step, args, "autotune.json cannot be read")
+    (measured,) = fused.report(*args).selection  # kept in this process's memory
+    assert measured.kernel == "global_norm" and measured.cached
+
+
+def test_a_corrupt_cache_is_ignored_and_replaced(tuning, monkeypatch):
+    fallbacks(monkeypatch)
+    tuning.parent.mkdir(parents=True)
+    tuning.write_text('{"half a cache": ')
+    step, args = clipped_adamw()
+    fused_with_one_warning(step, args, "is not a cache jgsess wrote")
+    (key,) = json.loads(tuning.read_text())
+    assert key.startswith("global_norm|")
+
+
+def test_a_measurement_that_raises_leaves_its_decision_to_the_cost_model(tuning, monkeypatch):
+    fallbacks(monkeypatch)
+
+    def measure(sides, target):
+        raise RuntimeError("RESOURCE_EXHAUSTED: out of memory while measuring")
+
+    monkeypatch.setattr(autotune, "measure", measure)
+    step, args = clipped_adamw()
+    fused_with_one_warning(step, args, "measuring global_norm against XLA's code failed")
+    report = jgsess.jit(lambda *a: step(*a)).report(*args)  # a new trace: measured again
+    (norm,) = [k for k in report.kernels if k.kernel == "global_norm"]
+    assert "measuring failed" in norm.reason and "cost model" in norm.reason
+    assert not tuning.exists()
+
+
+@pytest.mark.parametrize("traced_before", ["eval_shape", "flax init"])
+def test_a_trace_jaxs_cache_served_still_gets_a_budget(monkeypatch, traced_before):
+    """jax.eval_shape(f) (or flax's eval_shape of init) before jgsess.jit(f): jax's trace
+    cache serves jgsess's trace in microseconds; the budget counts what a trace of that many
+    equations takes."""
+    import flax.linen as nn
+
+    monkeypatch.delenv("JGSESS_AUTOTUNE_BUDGET", raising=False)
+    seen = []
+    budget = autotune.budget
+    monkeypatch.setattr(
+        autotune, "budget", lambda t, n: seen.append((t, n, budget(t, n))) or budget(t, n)
+    )
+    if traced_before == "eval_shape":
+        fn, args = clipped_adamw()
+    else:
+        model = nn.Sequential([nn.Dense(64), nn.relu, nn.Dense(8)])
+        fn, args = model.init, (jax.random.PRNGKey(0), jnp.ones((4, 16)))
+    jax.eval_shape(fn, *args)
+    jgsess.jit(fn)(*args)
+    ((traced, equations, given),) = seen
+    assert traced < autotune.TRACE_SECONDS_PER_EQUATION * equations
+    assert given == pytest.approx(0.25 * autotune.TRACE_SECONDS_PER_EQUATION * equations)
+
+
+def test_the_first_measurement_of_a_compilation_always_runs(tuning, monkeypatch):
+    calls = []
+    fake_times(monkeypatch, 1.0, 2.0, calls)
+    monkeypatch.setenv("JGSESS_AUTOTUNE_BUDGET", "0")
+    step, args = clipped_adamw()
+    report = jgsess.jit(step).report(*args)
+    assert len(calls) == 1 and [m.kernel for m in report.selection] == ["global_norm"]
+
+
+@pytest.mark.parametrize("setting", ["on", "off:batch_norm_relu"])
+def test_batch_norm_follows_the_kernel_switches(tuning, monkeypatch, setting):
+    """JGSESS_KERNELS decides the BatchNorm fusion as it does any fused node: on takes the
+    kernels unmeasured, off (by name) keeps the program's code."""
+    calls = []
+    fake_times(monkeypatch, 2.0, 1.0, calls)  # were it measured, XLA's code would win
+    monkeypatch.setenv("JGSESS_KERNELS", setting)
+    step, args = linen_step(Block(), X)
+    report = jgsess.jit(step).report(*args)
+    assert calls == []
+    if setting == "on":
+        assert batch_norm_fusions(report) == {"batch_norm_relu": 1, "batch_norm_relu_grad": 1}
+    else:
+        assert batch_norm_fusions(report) == {}
+        assert "JGSESS_KERNELS turns it off" in str(report)

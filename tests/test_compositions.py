@@ -5,9 +5,14 @@ any sequence of them composes. Hypothesis draws 2 to 4 of them over one of four
 functions (a scalar function, a pytree loss, an optax adamw update inside a loss, a BatchNorm
 block); the composition is built with `jit` = jax.jit and with `jit` = jgsess.jit, then both are
 called on the same parameters: equal results within float tolerance, or the same exception type.
+Where a fusion must fire, the jgsess program is checked to run its kernel (a program jgsess left
+unchanged is jax.jit's own, and would prove nothing).
 """
 
 from __future__ import annotations
+
+import re
+from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -84,16 +89,20 @@ def _mlp_loss(p):
 
 
 def _loss_after_adamw(p):
+    """The loss after an AdamW step, and its new moments (read: fuse-adamw fires)."""
     tx = optax.adamw(1e-2, weight_decay=1e-2)
-    updates, _ = tx.update(jax.grad(_mlp_loss)(p), tx.init(p), p)
-    return _mlp_loss(optax.apply_updates(p, updates))
+    updates, state = tx.update(jax.grad(_mlp_loss)(p), tx.init(p), p)
+    moments = _weighted_sum((state[0].mu, state[0].nu))
+    return _mlp_loss(optax.apply_updates(p, updates)) + 1e-2 * moments
 
 
 def _batch_norm_block(p):
+    """A training-mode BatchNorm, scale and bias, then a ReLU, in jnp (its fusion's textbook
+    form)."""
     y = _IMAGES * p["scale"] + p["shift"]
-    mean = jnp.mean(y, axis=(0, 1, 2))
-    var = jnp.mean(jnp.square(y - mean), axis=(0, 1, 2))
-    return jnp.mean(jax.nn.relu((y - mean) * jax.lax.rsqrt(var + 1e-5)) ** 2)
+    mean, var = jnp.mean(y, axis=(0, 1, 2)), jnp.var(y, axis=(0, 1, 2))
+    z = (y - mean) / jnp.sqrt(var + 1e-5) * p["gamma"] + p["beta"]
+    return jnp.mean(jax.nn.relu(z) ** 2)
 
 
 _INPUTS = rand((5, 4), 7)
@@ -105,7 +114,15 @@ FUNCTIONS = {
         _loss_after_adamw,
         {"w1": rand((4, 3), 2), "b1": rand((3,), 3), "w2": rand((3,), 4)},
     ),
-    "batch-norm": (_batch_norm_block, {"scale": rand((4,), 5) + 2.0, "shift": rand((4,), 6)}),
+    "batch-norm": (
+        _batch_norm_block,
+        {
+            "scale": rand((4,), 5) + 2.0,
+            "shift": rand((4,), 6),
+            "gamma": rand((4,), 9) + 1.0,
+            "beta": rand((4,), 10),
+        },
+    ),
 }
 
 
@@ -114,6 +131,30 @@ def _build(jit, names: list[str], f):
     for name in names:
         f, scalar = TRANSFORMS[name](jit, f, scalar)
     return jit(f)  # the outermost call is always compiled
+
+
+def _kernels(f, params) -> Counter:
+    """The jgsess kernels `f`'s program calls (its lowered custom calls), counted."""
+    text = f.lower(params).as_text()
+    return Counter(t for t in re.findall(r"custom_call @(jgsess_\w+)\(", text) if t != _HINT)
+
+
+_HINT = "jgsess_async_hint"  # a no-op beside CPU kernel calls (kernels/spec.py)
+_KEEP_THE_FORWARD = {"cond", "scan"}  # f's forward, as written, in a sub-program
+
+
+def _fires(function: str, names: list[str]) -> bool:
+    """Whether a fusion certainly fires in the composition: f has one (an AdamW update whose
+    state is read, a BatchNorm), and a jgsess.jit (the outermost, at the latest) traces its
+    forward as written (inside cond and scan bodies, sub-programs the passes optimize)."""
+    if function not in ("optax-inside", "batch-norm"):
+        return False
+    for name in [*names, "jit"]:
+        if name == "jit":
+            return True
+        if name not in _KEEP_THE_FORWARD:
+            return False
+    return False
 
 
 def _outcome(f, params):
@@ -149,10 +190,38 @@ _ORDER = {"grad": 1, "vjp": 1, "hessian": 2}
 def test_compositions_equal_jax_jits(function, names):
     f, params = FUNCTIONS[function]
     expected, expected_error = _outcome(_build(jax.jit, names, f), params)
-    actual, actual_error = _outcome(_build(jgsess.jit, names, f), params)
+    fused = _build(jgsess.jit, names, f)
+    actual, actual_error = _outcome(fused, params)
     assert actual_error is expected_error, (names, actual_error, expected_error)
     if expected_error is None:
         assert_trees_close(actual, expected, rtol=2e-5, atol=1e-5)
+        if _fires(function, names):  # the positive control: jgsess changed the program
+            assert _kernels(fused, params), names
+
+
+# compositions whose programs run kernels, and how many calls of each (a fusion in f's
+# forward as written; BatchNorm's in its backward too; cond's two branches each call f)
+BOTH = {"jgsess_batch_norm_relu": 1, "jgsess_batch_norm_relu_grad": 1}
+FIRES = {
+    ("optax-inside", ("jit",)): {"jgsess_adamw": 1},
+    ("optax-inside", ("cond",)): {"jgsess_adamw": 2},
+    ("optax-inside", ("scan", "jit")): {"jgsess_adamw": 1},
+    ("optax-inside", ("jit", "grad")): {"jgsess_adamw": 1},
+    ("batch-norm", ("jit",)): {"jgsess_batch_norm_relu": 1},
+    ("batch-norm", ("scan",)): {"jgsess_batch_norm_relu": 1},
+    ("batch-norm", ("cond", "jit")): {"jgsess_batch_norm_relu": 2},
+    ("batch-norm", ("grad",)): BOTH,
+    ("batch-norm", ("vjp", "jit")): BOTH,
+}
+
+
+@pytest.mark.parametrize("function, names", sorted(FIRES))
+def test_kernels_run_inside_compositions(function, names):
+    f, params = FUNCTIONS[function]
+    fused = _build(jgsess.jit, list(names), f)
+    assert _kernels(fused, params) == Counter(FIRES[function, names])
+    expected = _build(jax.jit, list(names), f)(params)
+    assert_trees_close(fused(params), expected, rtol=2e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("function", sorted(FUNCTIONS))

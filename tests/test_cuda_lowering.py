@@ -148,3 +148,33 @@ def test_an_unusable_gpu_is_warned_about_once(monkeypatch):
             usable, _ = _native.cuda_usable(device)
             assert not usable
     assert len(caught) == 1
+
+
+def test_the_cuda_handlers_are_told_the_gpus_jax_uses(monkeypatch):
+    """A process that selected GPUs 2 and 5 of a node (jax's `local_device_ids`) has the CUDA
+    handlers load their kernels into those devices' contexts alone: told once, by the CUDA
+    runtime ordinals jax reports, before a program with a CUDA kernel lowers; a ROCm GPU is
+    not named, and a process without a GPU backend tells nothing."""
+    told = []
+    module = types.SimpleNamespace(use_cuda_devices=told.append)
+    monkeypatch.setattr(_native, "_module", lambda: module)
+    gpus = [cl.fake_device(), cl.fake_device(), cl.fake_device("rocm 60200")]
+    for gpu, ordinal in zip(gpus, (2, 5, 0)):
+        gpu.local_hardware_id = ordinal
+    monkeypatch.setattr(jax, "local_devices", lambda backend: gpus)
+    _native.use_cuda_devices.cache_clear()
+    try:
+        assert _native.use_cuda_devices() == (2, 5) and told == [[2, 5]]
+        cl.fake_gpu(monkeypatch)
+        step, args = STEPS["adamw"][0]()
+        assert "jgsess_adamw" in cl.lowered(step, args, "cuda")
+        assert told == [[2, 5]]  # once a process
+        _native.use_cuda_devices.cache_clear()
+
+        def no_gpu(backend):
+            raise RuntimeError("Unknown backend: 'gpu' requested")
+
+        monkeypatch.setattr(jax, "local_devices", no_gpu)
+        assert _native.use_cuda_devices() == () and told == [[2, 5]]
+    finally:
+        _native.use_cuda_devices.cache_clear()

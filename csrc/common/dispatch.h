@@ -15,7 +15,7 @@ namespace jgsess {
 template <int64_t kCount, bool (*kValid)(int64_t), typename F>
 ffi::Error DispatchFlags(int64_t flags, const char* kernel, F&& f) {
   return [&]<int64_t... kFlags>(std::integer_sequence<int64_t, kFlags...>) {
-    ffi::Error result(ffi::ErrorCode::kInvalidArgument, std::string(kernel) + ": unknown flags");
+    ffi::Error result = ffi::Error::Success();
     auto one = [&]<int64_t kOne>() {
       if constexpr (kValid(kOne)) {
         if (flags == kOne) {
@@ -25,7 +25,9 @@ ffi::Error DispatchFlags(int64_t flags, const char* kernel, F&& f) {
       }
       return false;
     };
-    (one.template operator()<kFlags>() || ...);
+    if (!(one.template operator()<kFlags>() || ...)) {  // the error's text only for an error
+      return ffi::Error(ffi::ErrorCode::kInvalidArgument, std::string(kernel) + ": unknown flags");
+    }
     return result;
   }(std::make_integer_sequence<int64_t, kCount>{});
 }

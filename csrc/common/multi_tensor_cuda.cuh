@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/chunk.h"
+#include "common/cuda_devices.h"
 #include "common/launch.cuh"
 #include "common/optimizer.h"
 #include "common/tensor_list.h"
@@ -35,18 +36,20 @@ inline ffi::Error CudaStatus(const char* kernel, cudaError_t err = cudaGetLastEr
   return Internal(std::string(kernel) + ": " + cudaGetErrorString(err));
 }
 
-// Loads the kernels' code now, into every device's context. Under lazy module loading (CUDA
-// 12.2+'s default) a kernel's first launch would load it, and XLA may capture that launch into a
-// CUDA graph (the handlers are command-buffer compatible), where loading fails. Each CUDA
-// handler's instantiate stage calls this; XLA runs it once, when it builds the executable, on
-// whichever device is current then, while the executable runs on every device of the process
-// (one process driving a node's GPUs). The current device is restored.
+// Loads the kernels' code now, into the context of every device the process uses
+// (cuda_devices.h). Under lazy module loading (CUDA 12.2+'s default) a kernel's first launch
+// would load it, and XLA may capture that launch into a CUDA graph (the handlers are
+// command-buffer compatible), where loading fails. Each CUDA handler's instantiate stage calls
+// this; XLA runs it once, when it builds the executable, on whichever device is current then,
+// while the executable runs on every device of the process (one process driving a node's
+// GPUs). The current device is restored.
 template <typename... Kernels>
 cudaError_t LoadKernels(Kernels*... kernels) {
   int current = 0, count = 0;
   cudaError_t err = cudaGetDevice(&current);
   if (err == cudaSuccess) err = cudaGetDeviceCount(&count);
   for (int device = 0; device < count && err == cudaSuccess; ++device) {
+    if (!UsesCudaDevice(device)) continue;  // no context on a GPU this process does not use
     err = cudaSetDevice(device);
     cudaFuncAttributes attributes;
     ((err = err == cudaSuccess

@@ -56,16 +56,17 @@ std::string Describe(const B& b, DataType type) {
 
 inline std::string Describe(const Buffer& b) { return Describe(b, b.element_type()); }
 
-// The first failed check of a buffer, as "<what> is <dtype[shape]>; expected <expected>".
+// The first failed check of a buffer, as "<what> is <dtype[shape]>; expected <expected>";
+// `expected()` makes its text, only for a check that failed.
 class FirstProblem {
  public:
-  template <typename B>
-  void Check(bool ok, const std::string& what, const B& b, DataType type,
-             const std::string& expected) {
+  template <typename B, typename Expected>
+  void Check(bool ok, const char* what, const B& b, DataType type, Expected&& expected) {
     if (!ok && problem_.empty())
-      problem_ = what + " is " + Describe(b, type) + "; expected " + expected;
+      problem_ = std::string(what) + " is " + Describe(b, type) + "; expected " + expected();
   }
-  void Check(bool ok, const std::string& what, const Buffer& b, const std::string& expected) {
+  template <typename Expected>
+  void Check(bool ok, const char* what, const Buffer& b, Expected&& expected) {
     Check(ok, what, b, b.element_type(), expected);
   }
   bool found() const { return !problem_.empty(); }
@@ -141,14 +142,14 @@ ffi::ErrorOr<HyperPtrs<Hyper>> ParseHyper(const char* kernel, Args& args) {
   return hyper;
 }
 
-// A buffer of `size` elements (any size when size < 0) of a kernel float type; `what` names it
-// in the error ("tensor 3's operand 1 (call operand 17)").
-inline ffi::Error CheckFloat(const char* kernel, const Buffer& b, int64_t size,
-                             const std::string& what) {
+// A buffer of `size` elements (any size when size < 0) of a kernel float type; `what()` names it
+// in the error ("tensor 3's operand 1 (call operand 17)"), made only for a buffer that fails.
+template <typename What>
+ffi::Error CheckFloat(const char* kernel, const Buffer& b, int64_t size, What&& what) {
   const bool sized = size < 0 || static_cast<int64_t>(b.element_count()) == size;
   if (IsKernelFloat(b.element_type()) && sized) return ffi::Error::Success();
   return InvalidArgument(
-      std::string(kernel) + ": " + what + " is " + Describe(b) +
+      std::string(kernel) + ": " + what() + " is " + Describe(b) +
       "; expected float32, bfloat16 or float16" +
       (size < 0 ? std::string() : " of " + std::to_string(size) + " elements, as the first"));
 }
@@ -180,7 +181,8 @@ ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kerne
       if (arg.has_error()) return ffi::Unexpected(arg.error());
       if (k == 0) slots.size = static_cast<int64_t>(arg->element_count());
       const size_t position = first + kIn * t + k;
-      auto ok = CheckFloat(kernel, *arg, slots.size, Slot(t, "operand", k, position));
+      auto ok =
+          CheckFloat(kernel, *arg, slots.size, [&] { return Slot(t, "operand", k, position); });
       if (ok.failure()) return ffi::Unexpected(ok);
       slots.in[k] = arg->untyped_data();
       slots.in_type[k] = arg->element_type();
@@ -188,7 +190,8 @@ ffi::ErrorOr<std::vector<TensorSlots<kIn, kOut>>> ParseTensors(const char* kerne
     for (int k = 0; k < kOut; ++k) {
       auto ret = rets->get<Buffer>(kOut * t + k);
       if (ret.has_error()) return ffi::Unexpected(ret.error());
-      auto ok = CheckFloat(kernel, **ret, slots.size, Slot(t, "result", k, kOut * t + k));
+      auto ok =
+          CheckFloat(kernel, **ret, slots.size, [&] { return Slot(t, "result", k, kOut * t + k); });
       if (ok.failure()) return ffi::Unexpected(ok);
       slots.out[k] = (*ret)->untyped_data();
       slots.out_type[k] = (*ret)->element_type();
@@ -204,14 +207,12 @@ ffi::Error CheckNarrow(const char* kernel, const std::vector<TensorSlots<kIn, kO
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
     const DataType type = t.in_type[0];
+    auto each = [&](int k) { return k < kIn ? t.in_type[k] : t.out_type[k - kIn]; };
     bool ok = type == DataType::BF16 || type == DataType::F16;
-    std::string types;
-    for (int k = 0; k < kIn + kOut; ++k) {
-      const DataType each = k < kIn ? t.in_type[k] : t.out_type[k - kIn];
-      ok = ok && each == type;
-      types += (k ? ", " : "") + TypeName(each);
-    }
+    for (int k = 0; k < kIn + kOut; ++k) ok = ok && each(k) == type;
     if (!ok) {
+      std::string types;
+      for (int k = 0; k < kIn + kOut; ++k) types += (k ? ", " : "") + TypeName(each(k));
       return InvalidArgument(std::string(kernel) + ": tensor " + std::to_string(i) +
                              "'s operands and results are " + types +
                              "; narrow math expects them all bfloat16, or all float16");

@@ -14,6 +14,7 @@ import warnings
 import jax
 
 from .. import _config
+from ..platforms import kernel_platform
 
 # FFI registration platform -> jax lowering platform (the kernel platform, jgsess/platforms.py)
 _LOWERING_PLATFORM = {"cpu": "cpu", "CUDA": "cuda"}
@@ -118,6 +119,24 @@ def _cuda_usable(capability: str, driver: int) -> tuple[bool, str]:
         stacklevel=2,
     )
     return False, reason
+
+
+@functools.cache  # once per process: jax's client and its devices are made once
+def use_cuda_devices() -> tuple[int, ...]:
+    """Tell the CUDA handlers which GPUs this process's jax client uses (their CUDA runtime
+    ordinals, jax's `local_hardware_id`): they load their kernels into those devices' contexts
+    alone (csrc/common/cuda_devices.h), so a process that selected its GPU with jax's
+    `local_device_ids` creates no context on the others. Asked before a program with a CUDA
+    kernel lowers; the devices told."""
+    module = _module()
+    try:
+        gpus = jax.local_devices(backend="gpu")
+    except RuntimeError:  # no GPU backend in this process
+        return ()
+    ordinals = tuple(d.local_hardware_id for d in gpus if kernel_platform(d) == "cuda")
+    if module is not None and ordinals:
+        module.use_cuda_devices(list(ordinals))
+    return ordinals
 
 
 def cuda_usable(device) -> tuple[bool, str]:

@@ -292,6 +292,8 @@ def _lower_on(platform: str, spec: KernelSpec, reference_rule, ctx, *args, **par
     # whether `platform` has the kernel is asked when a program lowers, not at registration
     if platform not in spec.platforms():
         return reference_rule(ctx, *args, **params)
+    if platform == "cuda":  # the handlers load their kernels on the GPUs jax uses
+        _native.use_cuda_devices()
     return _lower_call(spec, reference_rule, ctx, *args, **params)
 
 

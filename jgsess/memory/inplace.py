@@ -8,8 +8,9 @@ the operand's buffer is free to be overwritten at that point:
     sub-graph or of a program traced inside another one (an enclosing value: XLA's copy
     insertion copies it first where the enclosing program reads it later, a not-donated
     parameter of the outermost program included);
-  - the kernel is its last reader (a later reader would force XLA to copy it first);
-  - operand and result have the same shape and dtype, and no other result took it already.
+  - the kernel is its last reader and reads it once (a later reader would force XLA to copy
+    it first; read twice, a second result could claim it);
+  - operand and result have the same shape and dtype.
 
 Then XLA writes the result over the operand (`input_output_aliases`), with no second copy.
 An outermost program's not-donated inputs are not taken: XLA would copy each one first (read
@@ -36,11 +37,11 @@ def choose_aliases(graph: Graph, node: Node, order: dict[Node, int]) -> AliasDec
     candidates = spec.inplace(spec.static(node.params), len(node.inputs))
     inputs = {v: i for i, v in enumerate(graph.inputs)}
     outputs = set(graph.outputs)
-    pairs, undonated, taken = [], [], set()
+    pairs, undonated = [], []
     reads = Counter(node.inputs)
     for operand, result in sorted(candidates.items()):
         value, out = node.inputs[operand], node.outputs[result]
-        if value.is_const or value in outputs or value in taken:
+        if value.is_const or value in outputs:
             continue
         if (value.shape, value.dtype) != (out.shape, out.dtype):
             continue
@@ -49,6 +50,5 @@ def choose_aliases(graph: Graph, node: Node, order: dict[Node, int]) -> AliasDec
         if value in inputs and graph.outermost and not graph.donated[inputs[value]]:
             undonated.append(inputs[value])
             continue
-        taken.add(value)
         pairs.append((operand, result))
     return AliasDecision(tuple(pairs), tuple(undonated))

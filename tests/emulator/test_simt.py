@@ -97,6 +97,19 @@ def test_a_kernels_handler_runs_on_a_second_device_first(monkeypatch):
     ops = adamw_operands([(9,), (70_001,)], seed=3)
     with jax.default_device(jax.devices("cpu")[0]), simt.devices(2, launch_device=1):
         check(adamw.SPEC, ops, rtol=2e-6, flags=adamw.OPTAX_ADAMW)
+        assert simt.module().loaded_on(0) > 0 and simt.module().loaded_on(1) > 0
+
+
+def test_a_process_that_uses_one_gpu_of_two_loads_nothing_on_the_other(monkeypatch):
+    # one process per GPU (jax's local_device_ids): the handlers load their kernels into the
+    # contexts of the devices the process's jax uses alone (common/cuda_devices.h), which
+    # jgsess/kernels/_native.py: use_cuda_devices names
+    simt.route(monkeypatch)
+    ops = adamw_operands([(9,), (70_001,)], seed=3)
+    with jax.default_device(jax.devices("cpu")[0]), simt.devices(2, launch_device=1):
+        simt.module().use_cuda_devices([1])
+        check(adamw.SPEC, ops, rtol=2e-6, flags=adamw.OPTAX_ADAMW)
+        assert simt.module().loaded_on(0) == 0 and simt.module().loaded_on(1) > 0
 
 
 def test_a_failed_launch_leaves_the_next_call_clean():

@@ -128,3 +128,31 @@ def test_cut(sizes, cap, want):
     operands = [(V(n), None, i) for i, n in enumerate(sizes)]
     got = bucket_all_reduce._cut(operands, cap, lambda value, nodes: False)
     assert [[i for _, _, i in b] for b in got] == want
+
+
+@needs_shard_map_bodies
+def test_buckets_the_budget_left_over_are_listed_as_not_measured_yet(monkeypatch, tuning):
+    """The compilation's first measurement (global_norm's) spends its budget: the buckets keep
+    the all-reduces as written, and the report lists them as not measured yet."""
+    import time
+
+    import optax
+
+    from jgsess import autotune
+
+    def measure(sides, target):
+        time.sleep(0.02)
+        return 1.0, 2.0
+
+    monkeypatch.setattr(autotune, "measure", measure)
+    monkeypatch.setenv("JGSESS_AUTOTUNE_BUDGET", "0.001")
+
+    def step(xs, ints):
+        return per_leaf_pmean(xs, ints), optax.global_norm(xs)
+
+    xs, ints = tree(3), jnp.arange(3)
+    report = jgsess.jit(step).report(xs, ints)
+    assert [m.kernel for m in report.selection] == ["global_norm"]
+    (choice,) = [c for c in report.buckets if c.dtype == "float32"]
+    assert not choice.taken and "not measured yet" in choice.reason
+    assert ("all_reduce_bucket", "as written") in report.unmeasured

@@ -81,24 +81,27 @@ struct BnExpected {
   static constexpr const char* kFloat = "float32, bfloat16 or float16";
   std::string Elements() const { return std::to_string(s.size()) + " elements (as x)"; }
 
+  // each check's expected text is made only where the check fails
   void Floats(const char* name, const Buffer& b) {
     problems.Check(IsKernelFloat(b.element_type()) && BnSized(b.element_count(), s.size()), name, b,
-                   std::string(kFloat) + " of " + Elements());
+                   [&] { return std::string(kFloat) + " of " + Elements(); });
   }
   void Like(const char* name, const Buffer& b, const char* other, DataType type) {
     problems.Check(b.element_type() == type && BnSized(b.element_count(), s.size()), name, b,
-                   TypeName(type) + " (" + other + "'s dtype) of " + Elements());
+                   [&] { return TypeName(type) + " (" + other + "'s dtype) of " + Elements(); });
   }
   template <typename B>
   void Channels(const char* name, const B& b) {
-    problems.Check(BnSized(b.element_count(), s.channels), name, b, DataType::F32,
-                   "float32 of " + std::to_string(s.channels) + " elements (x's channels)");
+    problems.Check(BnSized(b.element_count(), s.channels), name, b, DataType::F32, [&] {
+      return "float32 of " + std::to_string(s.channels) + " elements (x's channels)";
+    });
   }
   template <typename B>
   void Mask(const B& b) {
-    problems.Check(
-        BnSized(b.element_count(), (s.size() + 31) / 32), "the mask", b, DataType::U32,
-        "uint32 of " + std::to_string((s.size() + 31) / 32) + " words (a bit per element)");
+    const int64_t words = (s.size() + 31) / 32;
+    problems.Check(BnSized(b.element_count(), words), "the mask", b, DataType::U32, [&] {
+      return "uint32 of " + std::to_string(words) + " words (a bit per element)";
+    });
   }
 };
 

@@ -42,7 +42,8 @@ inline ffi::ErrorOr<ReluOperands> ParseRelu(const char* kernel, Args& args, size
       return Invalid(kernel, "operand " + std::to_string(first + k) + " is " + Describe(*x) +
                                  "; expected " + TypeName(ops.type) + ", as the first");
     }
-    auto ok = CheckFloat(kernel, *x, ops.size, "operand " + std::to_string(first + k));
+    auto ok =
+        CheckFloat(kernel, *x, ops.size, [&] { return "operand " + std::to_string(first + k); });
     if (ok.failure()) return ffi::Unexpected(ok);
     ops.data[k] = x->untyped_data();
     ops.type = x->element_type();

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/cuda_devices.h"
 #include "kernels/kernels.h"
 #include "testing/emulator/broken.h"
 #include "testing/emulator/guard.h"
@@ -83,8 +84,12 @@ void jgsess::simt::Bind(pybind11::module_& m) {
         "(bf16 bits, f16 bits) of each value through __float2bfloat16_rn / __float2half_rn");
   m.def("launches", &jgsess::simt::Launches,
         "(kernel, grid (x, y, z), block (x, y, z)) of every launch since the last call");
+  m.def("use_cuda_devices", &jgsess::UseCudaDevices, pybind11::arg("ordinals"),
+        "the emulated CUDA handlers' use_cuda_devices (jgsess._C's, for this extension's copy)");
+  m.def("loaded_on", &jgsess::simt::LoadedOn, pybind11::arg("device"),
+        "how many kernels were loaded into emulated device `device`'s context");
   m.def("set_devices", &jgsess::simt::SetDevices, pybind11::arg("count"),
         pybind11::arg("launch_device") = -1,
         "emulate `count` devices, launches running on `launch_device` (-1: the current "
-        "device); forgets what was loaded");
+        "device); forgets what was loaded, and uses every device");
 }

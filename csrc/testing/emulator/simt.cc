@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/cuda_devices.h"
+
 // The linker's bounds of the section __shared__ variables live in.
 extern "C" char __start_jgsess_simt_shared[];
 extern "C" char __stop_jgsess_simt_shared[];
@@ -468,6 +470,13 @@ void MarkLoaded(const void* kernel) {
   loaded.insert({current_device, kernel});
 }
 
+size_t LoadedOn(int device) {
+  std::lock_guard<std::mutex> lock(loaded_mutex);
+  size_t count = 0;
+  for (const auto& each : loaded) count += each.first == device;
+  return count;
+}
+
 int DeviceCount() { return device_count; }
 
 int CurrentDevice() { return current_device; }
@@ -483,6 +492,7 @@ void SetDevices(int count, int device) {
   device_count = count;
   launch_device = device;
   loaded.clear();
+  CudaDevicesInUse().store(~uint64_t{0});
 }
 
 const std::string& LastMessage() { return last_message; }

@@ -83,6 +83,7 @@ bool RunGrid(const void* kernel, const char* name, dim3 grid, dim3 block,
 // cudaFuncGetAttributes loaded `kernel`'s code into the current device's context
 // (csrc/common/multi_tensor_cuda.cuh: LoadKernels); a launch checks it was, on its device.
 void MarkLoaded(const void* kernel);
+size_t LoadedOn(int device);  // kernels loaded into `device`'s context
 // The emulated devices, each with a context of its own: their count (1 unless a test sets
 // more), the calling thread's current device (cudaSetDevice), and the device launches run on:
 // the current one, or the one a test names (XLA runs a program's thunks on threads of its own,
