@@ -313,8 +313,10 @@ def test_a_trace_jaxs_cache_served_still_gets_a_budget(monkeypatch, traced_befor
     jax.eval_shape(fn, *args)
     jgsess.jit(fn)(*args)
     ((traced, equations, given),) = seen
-    assert traced < autotune.TRACE_SECONDS_PER_EQUATION * equations
-    assert given == pytest.approx(0.25 * autotune.TRACE_SECONDS_PER_EQUATION * equations)
+    floor = autotune.TRACE_SECONDS_PER_EQUATION * equations
+    assert equations > 0 and given == pytest.approx(0.25 * max(traced, floor))
+    if jax.__version_info__ >= (0, 10):  # jax shares eval_shape's trace with jax.jit's
+        assert traced < floor
 
 
 def test_the_first_measurement_of_a_compilation_always_runs(tuning, monkeypatch):
