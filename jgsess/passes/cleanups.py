@@ -6,14 +6,15 @@ that a pattern is spelled exactly as the programs it is matched against."""
 from __future__ import annotations
 
 from ..ir.graph import Graph
-from . import canonicalize, dce, remove_cast_round_trip, replace_add_any, transposes
+from . import canonicalize, dce, dedup, remove_cast_round_trip, replace_add_any, transposes
 from .manager import Context
 
 CLEANUPS = (
     canonicalize.PASS,
     remove_cast_round_trip.PASS,
+    dedup.CONVERT_PASS,
     transposes.PAIR_PASS,
-    transposes.DEDUP_PASS,
+    dedup.TRANSPOSE_PASS,
     replace_add_any.PASS,
     dce.PASS,
 )

@@ -6,6 +6,7 @@ from . import (
     bucket_all_reduce,
     combine_optimizers,
     dce,
+    dedup,
     fold_casts,
     plan_memory,
     select_kernels,
@@ -30,6 +31,7 @@ def default_pipeline() -> list[Pass]:
         # (GPUSession::Optimize)
         *CLEANUPS,
         widen_narrow_products.PASS,
+        dedup.CONVERT_PASS,  # the widenings it made of values widened already
         dce.PASS,
         fuse_batch_norm_relu.PASS,
         fuse_global_norm.PASS,

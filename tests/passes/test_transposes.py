@@ -1,16 +1,16 @@
-"""remove-transpose-pair and dedup-transpose."""
+"""remove-transpose-pair, dedup-transpose and dedup-convert."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jgsess.passes import dce, transposes
+from jgsess.passes import dce, dedup, transposes
 from tests.helpers import count, evaluate, graph_of, rand, run_passes
 
 
 def cleaned(fn, *args):
     graph = graph_of(fn, *args)
-    run_passes(graph, [transposes.PAIR_PASS, transposes.DEDUP_PASS, dce.PASS])
+    run_passes(graph, [transposes.PAIR_PASS, dedup.TRANSPOSE_PASS, dce.PASS])
     for got, want in zip(evaluate(graph, *args), jax.tree.leaves(jax.jit(fn)(*args))):
         np.testing.assert_array_equal(got, want)
     return graph
@@ -44,3 +44,16 @@ def test_different_permutations_are_not_shared():
     x = rand((3, 3))
     graph = cleaned(lambda x: jnp.transpose(x, (1, 0)) + jnp.transpose(x, (0, 1)), x)
     assert count(graph, "transpose") >= 1 and count(graph, "add") == 1
+
+
+def test_duplicate_converts_share_one_and_a_near_miss_stays():
+    x = rand((3, 4)).astype(jnp.bfloat16)
+
+    def twice(x):
+        return x.astype(jnp.float32) * 2 + x.astype(jnp.float32), x.astype(jnp.float16)
+
+    graph = graph_of(twice, x)
+    run_passes(graph, [dedup.CONVERT_PASS, dce.PASS])
+    assert count(graph, "convert_element_type") == 2  # one to f32, and the f16 one
+    for got, want in zip(evaluate(graph, x), jax.jit(twice)(x)):
+        np.testing.assert_array_equal(got, want)
