@@ -1,13 +1,9 @@
-// f32 <-> bf16 / f16 on the CPU, rounding to nearest even as XLA's convert does: whole ranges
-// (LoadF32 / StoreF32) and single elements (Widen / Narrow).
+// f32 <-> bf16 / f16 on the CPU, one element at a time, rounding to nearest even as XLA's
+// convert does (Widen / Narrow; whole ranges and vectors of them: vec.h).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
-
-#include "common/ffi.h"
-#include "common/simd.h"
 
 namespace jgsess {
 
@@ -25,32 +21,6 @@ inline uint16_t F32ToBf16(float f) {
   const uint32_t quiet_nan = (bits >> 16) | 0x40u;
   const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
   return static_cast<uint16_t>(nan ? quiet_nan : rounded);
-}
-
-// dst[0, n) = src[begin, begin + n) widened to f32 (copied, if it is f32).
-inline void LoadF32(DataType type, const void* src, int64_t begin, int64_t n, float* dst) {
-  if (type == DataType::F32) {
-    std::copy_n(static_cast<const float*>(src) + begin, n, dst);
-  } else if (type == DataType::BF16) {
-    const uint16_t* s = static_cast<const uint16_t*>(src) + begin;
-    SimdFor(n, [&](int64_t i) { dst[i] = Bf16ToF32(s[i]); });
-  } else {  // F16
-    const _Float16* s = static_cast<const _Float16*>(src) + begin;
-    SimdFor(n, [&](int64_t i) { dst[i] = static_cast<float>(s[i]); });
-  }
-}
-
-// dst[begin, begin + n) = src[0, n) rounded to dst's type (copied, if it is f32).
-inline void StoreF32(DataType type, const float* src, void* dst, int64_t begin, int64_t n) {
-  if (type == DataType::F32) {
-    std::copy_n(src, n, static_cast<float*>(dst) + begin);
-  } else if (type == DataType::BF16) {
-    uint16_t* d = static_cast<uint16_t*>(dst) + begin;
-    SimdFor(n, [&](int64_t i) { d[i] = F32ToBf16(src[i]); });
-  } else {  // F16
-    _Float16* d = static_cast<_Float16*>(dst) + begin;
-    SimdFor(n, [&](int64_t i) { d[i] = static_cast<_Float16>(src[i]); });
-  }
 }
 
 // bf16 bits as a type of their own, so that one element loop serves f32 and bf16 parameters:

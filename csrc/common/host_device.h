@@ -4,5 +4,7 @@
 #if defined(__CUDACC__)
 #define JGSESS_HOST_DEVICE __host__ __device__ __forceinline__
 #else
-#define JGSESS_HOST_DEVICE inline
+// always inlined on the host too: the CPU kernels run it on vectors of lanes (common/vec.h),
+// which GCC passes between functions compiled for different instruction sets only inlined
+#define JGSESS_HOST_DEVICE inline __attribute__((always_inline))
 #endif

@@ -12,8 +12,8 @@
 #include "common/ffi.h"
 #include "common/optimizer.h"
 #include "common/parallel.h"
-#include "common/simd.h"
 #include "common/tensor_list.h"
+#include "common/vec.h"
 
 namespace jgsess {
 

@@ -1,6 +1,9 @@
-// What the optimizer kernels' element math shares (adamw, momentum).
+// What the optimizer kernels' element math shares (adamw, momentum). The element functions are
+// templates of their lane type F: a float here and on a GPU, or a CPU vector of floats
+// (common/vec.h, which gives these operations for its vectors).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -19,8 +22,16 @@ namespace jgsess {
 // with InBf16 / InF16 (jgsess fuses such an update only where the kernel's bits equal XLA's on the
 // platform: jgsess/passes/fusions/optimizer.py).
 struct InF32 {
-  JGSESS_HOST_DEVICE float operator()(float x) const { return x; }
+  template <typename F>
+  JGSESS_HOST_DEVICE F operator()(F x) const {
+    return x;
+  }
 };
+
+JGSESS_HOST_DEVICE float Sqrt(float x) { return sqrtf(x); }
+JGSESS_HOST_DEVICE float Fma(float a, float b, float c) { return fmaf(a, b, c); }
+// keep != 0 ? a : b, per lane (a NaN keep keeps a)
+JGSESS_HOST_DEVICE float Select(float keep, float a, float b) { return keep != 0.0f ? a : b; }
 
 // Narrow math's values are bf16/f16 values, their operations' f32 results and the f32 widening
 // of the update's bf16/f16 hyper-parameters: a NaN among them carries its payload in the top 16
@@ -34,6 +45,10 @@ struct InBf16 {
     bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
     memcpy(&x, &bits, sizeof(x));
     return x;
+  }
+  template <typename F>
+  JGSESS_HOST_DEVICE F operator()(F x) const {  // a CPU vector's lanes (vec.h)
+    return RoundBf16(x);
   }
 };
 
@@ -56,14 +71,18 @@ struct InF16 {
     return static_cast<float>(static_cast<_Float16>(x));
 #endif
   }
+  template <typename F>
+  JGSESS_HOST_DEVICE F operator()(F x) const {  // a CPU vector's lanes (vec.h)
+    return RoundF16(x);
+  }
 };
 
 // An optimizer kernel's first result, from the parameter p and its step direction d: the new
 // parameter p - lr*d, or with kUpdate optax's update alone, -(lr*d). These are the references'
 // operations (jgsess/passes/fusions/optimizer.py: every update as the whole step or the update),
 // each rounded by q.
-template <bool kUpdate, typename Q = InF32>
-JGSESS_HOST_DEVICE float StepResult(float p, float lr, float d, Q q = {}) {
+template <bool kUpdate, typename F, typename Q = InF32>
+JGSESS_HOST_DEVICE F StepResult(F p, F lr, F d, Q q = {}) {
   if constexpr (kUpdate) {
     return -q(lr * d);
   } else {

@@ -67,18 +67,22 @@ inline constexpr FlagName kAdamwFlagNames[] = {
 };
 
 // The hyper-parameters, rank-0 f32 operands in this order before the tensors
-// (jgsess/kernels/adamw.py: SCALARS).
-struct AdamwHyper {
-  float b1, omb1, b2, omb2;  // omb = 1 - b
-  float bc1, bc2;            // bias corrections 1 - b^t
-  float eps, eps_root, wd, lr;
-  float keep, norm, clip;  // keep: 1 where the global norm needs no clip
+// (jgsess/kernels/adamw.py: SCALARS); F: their lanes (a float, or a CPU vector: common/vec.h).
+template <typename F>
+struct AdamwHyperT {
+  F b1, omb1, b2, omb2;  // omb = 1 - b
+  F bc1, bc2;            // bias corrections 1 - b^t
+  F eps, eps_root, wd, lr;
+  F keep, norm, clip;  // keep: 1 where the global norm needs no clip
 };
+using AdamwHyper = AdamwHyperT<float>;
 
 // The per-call constants of the fast form.
-struct AdamwReciprocals {
-  float rbc1, rbc2, clip_scale;  // 1/bc1, 1/bc2, clip/norm
+template <typename F>
+struct AdamwReciprocalsT {
+  F rbc1, rbc2, clip_scale;  // 1/bc1, 1/bc2, clip/norm
 };
+using AdamwReciprocals = AdamwReciprocalsT<float>;
 
 JGSESS_HOST_DEVICE AdamwReciprocals Reciprocals(const AdamwHyper& h) {
   return {1.0f / h.bc1, 1.0f / h.bc2, h.clip / h.norm};
@@ -86,34 +90,37 @@ JGSESS_HOST_DEVICE AdamwReciprocals Reciprocals(const AdamwHyper& h) {
 
 // q rounds to the narrow type under kNarrowMath and kMixed (InF32 otherwise); under kMixed the
 // first moment, its correction, the division, the weight decay and the step are f32 (`wide`).
-template <int64_t kFlags, typename Q = InF32>
-JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyper& h, const AdamwReciprocals& r, float p,
-                                     float g, float m, float v, float* p_out, float* m_out,
-                                     float* v_out, Q q = {}) {
+// F: the lanes (a float, or a CPU vector of them, which gives the same bits lane by lane).
+// kB2IsOne: b2 is 1.0 (optax's 0.999 in bf16), and the product b2*v, v itself, is skipped: the
+// bits do not change (a signaling NaN v, which the product would quiet, is quieted by the sum
+// it goes to).
+template <int64_t kFlags, bool kB2IsOne = false, typename F, typename Q = InF32>
+JGSESS_HOST_DEVICE void AdamwElement(const AdamwHyperT<F>& h, const AdamwReciprocalsT<F>& r, F p,
+                                     F g, F m, F v, F* p_out, F* m_out, F* v_out, Q q = {}) {
   constexpr bool kDivide = Has(kFlags, AdamwFlag::kExact);
   using Wide = std::conditional_t<Has(kFlags, AdamwFlag::kMixed), InF32, Q>;
   const Wide wide{};
   if constexpr (Has(kFlags, AdamwFlag::kClip)) {  // never with kNarrowMath: f32 operations
-    const float clipped = kDivide ? (g / h.norm) * h.clip : g * r.clip_scale;
-    g = h.keep != 0.0f ? g : clipped;
+    const F clipped = kDivide ? (g / h.norm) * h.clip : g * r.clip_scale;
+    g = Select(h.keep, g, clipped);
   }
-  float m2;
+  F m2;
   if constexpr (Has(kFlags, AdamwFlag::kMixed)) {
-    m2 = fmaf(h.b1, m, h.omb1 * g);  // as XLA's CPU code computes it (omb1*g is exact)
+    m2 = Fma(h.b1, m, h.omb1 * g);  // as XLA's CPU code computes it (omb1*g is exact)
   } else {
     m2 = wide(wide(h.omb1 * g) + wide(h.b1 * m));
   }
-  float v2 = q(q(h.omb2 * q(g * g)) + q(h.b2 * v));
-  float mhat = m2, vhat = v2;
+  F v2 = q(q(h.omb2 * q(g * g)) + (kB2IsOne ? v : q(h.b2 * v)));
+  F mhat = m2, vhat = v2;
   if constexpr (Has(kFlags, AdamwFlag::kBiasCorrection)) {
     mhat = wide(kDivide ? m2 / h.bc1 : m2 * r.rbc1);
     vhat = q(kDivide ? v2 / h.bc2 : v2 * r.rbc2);
   }
   if constexpr (Has(kFlags, AdamwFlag::kEpsRoot)) vhat = q(vhat + h.eps_root);
-  float u = wide(mhat / wide(q(sqrtf(vhat)) + h.eps));
+  F u = wide(mhat / wide(q(Sqrt(vhat)) + h.eps));
   if constexpr (Has(kFlags, AdamwFlag::kWeightDecay)) u = wide(u + wide(h.wd * p));
   if constexpr (Has(kFlags, AdamwFlag::kMixed) && !Has(kFlags, AdamwFlag::kUpdate)) {
-    *p_out = fmaf(-h.lr, u, p);  // as XLA's CPU code computes it
+    *p_out = Fma(-h.lr, u, p);  // as XLA's CPU code computes it
   } else {
     *p_out = StepResult<Has(kFlags, AdamwFlag::kUpdate)>(p, h.lr, u, wide);
   }

@@ -41,19 +41,22 @@ inline constexpr FlagName kMomentumFlagNames[] = {
 };
 
 // The hyper-parameters, rank-0 f32 operands in this order before the tensors
-// (jgsess/kernels/momentum.py: SCALARS).
-struct MomentumHyper {
-  float lr, mu, wd, scale;
+// (jgsess/kernels/momentum.py: SCALARS); F: their lanes (a float, or a CPU vector: common/vec.h).
+template <typename F>
+struct MomentumHyperT {
+  F lr, mu, wd, scale;
 };
+using MomentumHyper = MomentumHyperT<float>;
 
-template <int64_t kFlags, typename Q = InF32>
-JGSESS_HOST_DEVICE void MomentumElement(const MomentumHyper& h, float p, float g, float acc,
-                                        float* p_out, float* acc_out, Q q = {}) {
-  float gt = g;
+// F: the lanes (a float, or a CPU vector of them, which gives the same bits lane by lane).
+template <int64_t kFlags, typename F, typename Q = InF32>
+JGSESS_HOST_DEVICE void MomentumElement(const MomentumHyperT<F>& h, F p, F g, F acc, F* p_out,
+                                        F* acc_out, Q q = {}) {
+  F gt = g;
   if constexpr (Has(kFlags, MomentumFlag::kWeightDecay)) gt = q(q(p * h.wd) + gt);
   if constexpr (Has(kFlags, MomentumFlag::kScale)) gt = q(gt * h.scale);
-  const float acc2 = q(q(h.mu * acc) + gt);
-  float d = acc2;
+  const F acc2 = q(q(h.mu * acc) + gt);
+  F d = acc2;
   if constexpr (Has(kFlags, MomentumFlag::kNesterov)) d = q(gt + q(h.mu * acc2));
   *p_out = StepResult<Has(kFlags, MomentumFlag::kUpdate)>(p, h.lr, d, q);
   *acc_out = acc2;
