@@ -6,6 +6,9 @@ their update is optax's own, compiled by `jgsess.jit`, whose passes turn the per
 updates into one multi-tensor kernel. They take and ignore optax's extra update arguments.
 `adam_weight_decay` and `momentum` are MindSpore's `nn.AdamWeightDecay` and `nn.Momentum`.
 
+`f32_math(tx)` is the one change of numbers: bf16/f16 state computed in f32 and rounded once
+when stored, as torch's fused optimizers compute it.
+
 `fused_step(tx)` goes one step further: `(params, grads, state) -> (params, state)` with the
 parameters updated inside the kernel (in place when donated), no separate `apply_updates` pass.
 It works with any optax transformation; the kernels take over where the update is one of
@@ -230,6 +233,37 @@ def momentum(
         return updates, MomentumState(optax.safe_increment(state.count), acc)
 
     return _fused("jgsess.optim.momentum", optax.GradientTransformation(init, update))
+
+
+def _narrow(x) -> bool:
+    return jnp.result_type(x) in (jnp.bfloat16, jnp.float16)
+
+
+def f32_math(tx: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
+    """`tx` computed in f32 on bf16/f16 parameters, gradients and state: each value rounded once
+    to its dtype when stored, as torch's fused optimizers compute (optax, and so `jgsess.jit`
+    and the other `jgsess.optim` transformations, compute an update of bf16 state in bf16,
+    rounding every operation). A change of numbers, closer to an f32 update; on the CPU the
+    kernels run it at the speed of memory rather than of the roundings.
+
+    The state keeps `tx`'s dtypes; the updates are f32, so `optax.apply_updates` (and
+    `fused_step`) rounds each new parameter once.
+
+      >>> tx = jgsess.optim.f32_math(jgsess.optim.adamw(1e-3))    # or of optax.adamw(1e-3)
+      >>> params, state = jgsess.optim.fused_step(tx)(params, grads, state)
+    """
+    update = getattr(tx.update, "__wrapped__", tx.update)
+
+    def widen(tree):
+        return jax.tree.map(lambda x: x.astype(jnp.float32) if _narrow(x) else x, tree)
+
+    def in_f32(grads, state, params=None):
+        updates, new_state = update(widen(grads), widen(state), widen(params))
+        stored = jax.tree.map(lambda new, old: new.astype(jnp.result_type(old)), new_state, state)
+        return updates, stored
+
+    in_f32.__name__ = getattr(update, "__name__", "update")
+    return _fused("jgsess.optim.f32_math", optax.GradientTransformation(tx.init, in_f32))
 
 
 def fused_step(tx: optax.GradientTransformation, *, donate: bool = True):

@@ -9,7 +9,7 @@ import pytest
 
 import jgsess
 from tests.helpers import assert_trees_close
-from tests.optax_steps import tree
+from tests.optax_steps import assert_within_ulp, tree, update_step
 
 PAIRS = [
     (jgsess.optim.adamw(1e-3, weight_decay=1e-2), optax.adamw(1e-3, weight_decay=1e-2)),
@@ -176,3 +176,46 @@ def test_optax_options_give_optaxs_numbers(name, kwargs):
         want = jax.jit(theirs.update)(grads, state, params, value=jnp.float32(1.0), grad=grads)
         assert_trees_close(got, want, rtol=1e-6, atol=1e-7)
         state = got[1]
+
+
+F32_MATH = {
+    "adamw": (lambda m: m.adamw(3e-2, eps=1e-4, weight_decay=1e-2), "jgsess_adamw"),  # f16 eps
+    "sgd": (lambda m: m.sgd(3e-2, momentum=0.9), "jgsess_momentum"),
+}
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("name", F32_MATH)
+def test_f32_math_rounds_an_f32_update_once(name, dtype):
+    """f32_math(tx) on narrow parameters and state: one kernel call, tx's state dtypes, and the
+    step's new parameters and state are the same step computed in f32 from the same narrow
+    values, rounded once to their dtype (within an ulp: XLA contracts some f32 multiply-adds);
+    optax's own step, every operation rounded, is further from it."""
+    make, target = F32_MATH[name]
+
+    def narrow(tree_):
+        return jax.tree.map(lambda x: x.astype(dtype), tree_)
+
+    def wide(tree_):
+        return jax.tree.map(lambda x: x.astype(jnp.float32) if x.dtype == dtype else x, tree_)
+
+    opt = make(optax)
+    params, grads = narrow(tree(0)), narrow(tree(10, 0.1))
+    state = opt.init(params)
+    for _ in range(3):  # a state that is not the initial one
+        params, state = jax.jit(update_step(opt))(params, state, grads)
+    reference = jax.jit(update_step(opt))(wide(params), wide(state), wide(grads))
+    optaxs = jax.jit(update_step(opt))(params, state, grads)
+    tx = jgsess.optim.f32_math(make(jgsess.optim))
+    step = jgsess.optim.fused_step(tx, donate=False)
+    assert f"@{target}(" in step.lower(params, grads, state).as_text()
+    new_params, new_state = step(params, grads, state)
+    ours = (new_params, new_state)
+    assert jax.tree.map(lambda x: x.dtype, ours) == jax.tree.map(lambda x: x.dtype, optaxs)
+    assert_within_ulp([(ours, jax.tree.map(lambda r, o: r.astype(o.dtype), reference, ours))])
+
+    def error(got):
+        pairs = zip(jax.tree.leaves(got[0]), jax.tree.leaves(reference[0]))
+        return sum(float(jnp.sum(jnp.abs(g.astype(jnp.float32) - r))) for g, r in pairs)
+
+    assert error(ours) < error(optaxs)
