@@ -102,3 +102,15 @@ def assert_results_close(got: list, want: list, rtol: float, atol: float, exact:
         else:  # one ulp, subnormals' too
             ulp, tiny = float(narrow.eps), float(narrow.smallest_subnormal)
             assert_trees_close(*f32, rtol=max(rtol, ulp), atol=max(atol, tiny))
+
+
+def bits(x) -> np.ndarray:
+    """`x`'s bit patterns, every NaN of it made one NaN. Which NaN an operation passes on when
+    two operands are NaN is neither IEEE 754's nor XLA's to say, the compiler commutes an add's
+    or a product's operands as it likes, and a GPU's arithmetic makes the default NaN: so bit
+    equality means every number's bits, and NaN where the other has NaN."""
+    a = np.asarray(x)
+    out = a.view(f"u{a.dtype.itemsize}").copy()
+    if jnp.issubdtype(a.dtype, jnp.floating):
+        out[np.isnan(a)] = np.array(np.nan, a.dtype).view(out.dtype)
+    return out
