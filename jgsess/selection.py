@@ -22,8 +22,8 @@ For a fused node, in this order:
     4. in a program traced inside another, a kernel whose results the enclosing program reads
        next in a known way (KernelSpec.followed_by): measured with that step on both sides;
        unmeasured, XLA's code (XLA fuses the reference with the step);
-    5. a spec with a cost model (KernelSpec.cost_model): measured against its reference
-       (jgsess.autotune), cached on disk; unmeasured, the cost model;
+    5. a node the spec's cost model answers for (KernelSpec.cost_model): measured against
+       its reference (jgsess.autotune), cached on disk; unmeasured, the cost model's answer;
     6. otherwise the compiled kernel.
 
 Measurements are made on the target's device, counted against its budget and kept in the
@@ -109,19 +109,16 @@ def decide(target: Target, node, record, nested: bool = False) -> Decision:
     if ruled is not None:
         return ruled
     then = spec.followed_by(spec.static(node.params)) if nested else None
-    if then is None and spec.cost_model is None:
-        return Decision(Impl.KERNEL, f"compiled {target.platform} kernel")
-    sides = functools.partial(autotune.node_sides, node, then)
     key = autotune.key_of(node, target)
     if then is not None:
         key += "|followed by the enclosing program's step"
-
-        def cost_model():
-            return False, "XLA fuses the reference with the enclosing program's next step"
-
+        guess = (False, "XLA fuses the reference with the enclosing program's next step")
     else:
-        cost_model = functools.partial(spec.cost_model, node, target.platform)
-    return _by_measurement(target, record, spec.name, key, sides, cost_model)
+        guess = spec.cost_model(node, target.platform) if spec.cost_model else None
+        if guess is None:
+            return Decision(Impl.KERNEL, f"compiled {target.platform} kernel")
+    sides = functools.partial(autotune.node_sides, node, then)
+    return _by_measurement(target, record, spec.name, key, sides, lambda: guess)
 
 
 def decide_fusion(target: Target, specs) -> Decision:

@@ -5,11 +5,12 @@ import dataclasses
 import types
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jgsess import platforms, selection
-from jgsess.kernels import adamw, global_norm, relu_mask
+from jgsess.kernels import adamw, global_norm, momentum, relu_mask
 from jgsess.passes.manager import CompileRecord
 from jgsess.platforms import Target
 from jgsess.selection import Impl
@@ -17,11 +18,13 @@ from jgsess.selection import Impl
 CPU = Target.of(platform="cpu")
 
 
-def node(spec, tensors: int):
-    """A fused node of `spec` with `tensors` f32 operands of 300 elements."""
-    aval = jax.ShapeDtypeStruct((300,), np.float32)
-    inputs = [types.SimpleNamespace(aval=aval, shape=aval.shape, dtype=aval.dtype)] * tensors
-    return types.SimpleNamespace(op=spec, params={"flags": 0}, inputs=inputs)
+def node(spec, tensors: int, dtype=np.float32, flags: int = 0, scalars: int = 0):
+    """A fused node of `spec` with `scalars` rank-0 f32 operands, then `tensors` operands of 300
+    elements of `dtype`."""
+    avals = [jax.ShapeDtypeStruct((), np.float32)] * scalars
+    avals += [jax.ShapeDtypeStruct((300,), dtype)] * tensors
+    inputs = [types.SimpleNamespace(aval=a, shape=a.shape, dtype=a.dtype) for a in avals]
+    return types.SimpleNamespace(op=spec, params={"flags": flags}, inputs=inputs)
 
 
 def test_the_target_is_the_pinned_device_else_the_default():
@@ -61,6 +64,21 @@ def test_a_node_is_decided_in_order(monkeypatch):
     assert selection.decide(CPU, few, record) != selection.decide(CPU, node(plain, 2), record)
     assert selection.decide(CPU, node(plain, 2), record).reason == "compiled cpu kernel"
     assert record.autotune == [] and record.unmeasured == []
+
+
+def test_an_optimizer_is_measured_only_where_it_rounds_through_f16():
+    """f16 narrow math converts to f16 and back after every operation, as XLA's code does: the
+    form is measured, and unmeasured XLA's code stays; every other form computes in f32 and is
+    the kernel unmeasured (the suite's JGSESS_AUTOTUNE=0)."""
+    record = CompileRecord()
+    narrow = momentum.Flag.NARROW | momentum.Flag.NESTEROV
+    scalars = len(momentum.SCALARS)
+    for dtype, flags in [(np.float32, 0), (np.float16, 0), (jnp.bfloat16, narrow)]:
+        found = selection.decide(CPU, node(momentum.SPEC, 3, dtype, flags, scalars), record)
+        assert found == selection.Decision(Impl.KERNEL, "compiled cpu kernel")
+    found = selection.decide(CPU, node(momentum.SPEC, 3, np.float16, narrow, scalars), record)
+    assert not found.kernel and "f16 narrow math" in found.reason
+    assert "JGSESS_AUTOTUNE=0" in found.reason
 
 
 def test_a_policy_rules_the_fusion_and_the_node(monkeypatch):

@@ -79,8 +79,9 @@ class KernelSpec:
       result_avals: `(operand avals, static) -> result avals`, a shortcut for abstract
         evaluation (the default traces the reference, slow for calls with many tensors).
       cost_model: `(node, platform) -> (bool, reason)`, whether the kernel beats XLA's code for
-        the node's shapes where it is not measured; a spec with one is measured (see
-        jgsess/selection.py). None: the kernel is taken where one is compiled.
+        the node's shapes where it is not measured; a node it answers for is measured (see
+        jgsess/selection.py). Where it answers None, or the spec has none, the kernel is taken
+        where one is compiled.
       policy: `platform -> (bool, reason)`, whether the kernel is wanted at all, whatever the
         shapes (a user's preference between memory and speed): asked before its fusion
         matches and again at selection.
@@ -111,7 +112,7 @@ class KernelSpec:
     narrowable: Callable[[dict], tuple] = field(default=lambda static: ())
     result_avals: Callable | None = None
     workspace: Callable | None = None
-    cost_model: Callable | None = None
+    cost_model: Callable[..., tuple[bool, str] | None] | None = None
     policy: Callable[[str], tuple[bool, str]] | None = None
     followed_by: Callable[[dict], Followed | None] = field(default=lambda static: None)
     factors: Callable | None = None

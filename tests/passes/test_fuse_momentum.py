@@ -122,10 +122,12 @@ def test_kernel_for_large_and_small_tensors_alike():
     ],
     ids=["momentum", "cosine", "nesterov", "decay", "f16"],
 )
-def test_an_update_written_in_its_narrow_dtype_fuses_bit_for_bit(opt, dtype):
+def test_an_update_written_in_its_narrow_dtype_fuses_bit_for_bit(opt, dtype, monkeypatch):
     # optax keeps a narrow parameter's accumulator in its dtype: the kernel's narrow form,
     # every operation rounded as XLA's CPU code rounds it; where XLA's f16 code contracts
-    # multiply-adds (native f16 arithmetic) the kernel's bits would differ, and XLA's code stays
+    # multiply-adds (native f16 arithmetic) the kernel's bits would differ, and XLA's code stays.
+    # The kernel taken wherever it fuses (f16's is measured: test_selection)
+    monkeypatch.setenv("JGSESS_KERNELS", "on:momentum")
     on_the_cpu = dtype != jnp.float16 or not xla_fuses_f16_multiply_adds()
     report, text, pairs = run_steps(opt, dtype=dtype)
     fuses = narrow_fused(report, "momentum", N, on_the_cpu)
