@@ -25,6 +25,7 @@ public form of, each with its reason and what jgsess does where a jax release mo
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 
@@ -290,6 +291,27 @@ SHAPE_PARAMS = frozenset({"shape", "broadcast_dimensions", "sharding", "out_shar
 def convert_dtype(params: dict):
     """The dtype a convert_element_type converts to."""
     return params.get("new_dtype")
+
+
+def with_weak_type(x, weak: bool):
+    """`x` (a tracer or an array) with `weak` as its weak type, its dtype and values kept: a
+    convert_element_type to its own dtype with the params' `weak_type` (lax's public convert
+    only makes values strong)."""
+    if x.aval.weak_type == weak:
+        return x
+    if not weak:
+        return jax.lax.convert_element_type(x, x.dtype)
+    primitive, params = _a_convert()
+    (out,) = bind(primitive, {**params, "new_dtype": np.dtype(x.dtype), "weak_type": True}, [x])
+    return out
+
+
+@functools.cache
+def _a_convert() -> tuple:
+    """convert_element_type's primitive and the params of one of its equations."""
+    template = jax.make_jaxpr(lambda v: jax.lax.convert_element_type(v, np.float32))
+    (eqn,) = template(jax.ShapeDtypeStruct((), np.int32)).jaxpr.eqns
+    return eqn.primitive, dict(eqn.params)
 
 
 def convert_is_plain(params: dict) -> bool:

@@ -50,7 +50,17 @@ def emit(graph: Graph, args) -> list:
             outs = _compat.bind(node.op, _params_with_subgraphs(node), invals)
         for value, out in zip(node.outputs, outs):
             env[value] = out
-    return [read(v) for v in graph.outputs]
+    outs = [read(v) for v in graph.outputs]
+    if graph.source is None:
+        return outs
+    # each result with the weak type jax.jit gives it (a kernel's are strong; a value the
+    # passes rewrote may be weak where its convert went): a weak type steers the promotion of
+    # whatever the user computes from it next
+    avals = graph.source.out_avals
+    return [
+        _compat.with_weak_type(out, aval.weak_type) if hasattr(out, "aval") else out
+        for out, aval in zip(outs, avals)
+    ]
 
 
 def changed_deep(graph: Graph) -> bool:

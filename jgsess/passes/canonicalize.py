@@ -4,6 +4,9 @@
     c = mul -0.001 u          ->    c = mul 0.001 u
     d = add p c                     d = sub p c
 
+A convert to a value's own dtype (a weakly typed value made strong: parameters made by
+`jnp.full`) goes where the program reads the value, so patterns see the value itself.
+
 The learning rate of a schedule arrives as `convert[weak_type=False] (copy (neg lr))` (to bf16
 or f16 in a narrow program); the copy goes and the convert moves below the neg, so the same
 `sub p (mul lr u)` form results.
@@ -113,6 +116,18 @@ def _same_aval(m: Match) -> bool:
     return m["x"].aval == m.root.aval
 
 
+def _own_dtype(graph: Graph, m: Match) -> Value | None:
+    # the values pass unchanged. A convert that only makes a weakly typed x strong goes too
+    # where the program uses its value (a weak type decides dtype promotion while jax traces,
+    # which is over: jnp.full's parameters, a Python scalar's products): what a result of the
+    # program (or of a loop's body) is keeps the type jax.jit gives it
+    if m["x"].aval == m.root.aval:
+        return m["x"]
+    if m["x"].dtype == m.root.dtype and not graph.output_uses(m.root):
+        return m["x"]
+    return None
+
+
 x, y = Var("x"), Var("y")
 PLAIN = _compat.SAME_DTYPE  # a mul that does not change dtype
 BROADCAST = Pat("broadcast_in_dim", [Var("c", lambda v: v.is_const and v.ndim == 0)])
@@ -163,8 +178,8 @@ RULES = [
         Pat("add", [x, Lit(0.0)]),
         lambda g, m: m["x"] if _same_aval(m) and _never_negative_zero(m["x"]) else None,
     ),
-    # convert_element_type x to its own dtype and weak type -> x ; copy x -> x
-    (Pat("convert_element_type", [x]), lambda g, m: m["x"] if _same_aval(m) else None),
+    # convert_element_type x to its own dtype -> x ; copy x -> x
+    (Pat("convert_element_type", [x]), _own_dtype),
     (Pat("copy", [x]), lambda g, m: m["x"] if _same_aval(m) else None),
     # a float-to-float convert of (neg x) -> neg (convert x), so the neg can meet its add
     (Pat("convert_element_type", [Pat("neg", [x])]), _sink_convert),

@@ -92,8 +92,14 @@ def test_scalar_broadcasts_are_dropped(op, first):
     assert node.inputs[0 if first else 1] is graph.inputs[1]
 
 
-def test_a_weak_type_change_is_not_a_no_op_convert():
+def test_a_weak_type_change_goes_where_the_program_reads_the_value():
+    # a convert that only makes a weakly typed value strong passes its values unchanged
     graph = canonical(lambda x: lax.convert_element_type(x, jnp.float32) * 2, 3.0)
+    assert count(graph, "convert_element_type") == 0
+    # a result keeps the type jax.jit gives it; a convert to another dtype is no near miss
+    graph = canonical(lambda x: (lax.convert_element_type(x, jnp.float32), x * 2), 3.0)
+    assert count(graph, "convert_element_type") == 1
+    graph = canonical(lambda x: lax.convert_element_type(x, jnp.bfloat16) * 2, 3.0)
     assert count(graph, "convert_element_type") == 1
 
 
