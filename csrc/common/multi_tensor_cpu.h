@@ -88,14 +88,14 @@ void RunMultiTensor(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kO
 
 // The optimizers' layout, (p, g, first, rest...) -> (p', first', rest'...): runs
 // body(p, g, first, rest, p_out, first_out, rest_out, n) on all cores, where p, g and p_out point
-// to T = float or T = Bf16Bits, first and first_out (the first state slot: m, acc) to S = float
-// or S = Bf16Bits, and rest[k], rest_out[k] (any further state: v) to R = float, or to Bf16Bits
-// where p is bf16 and first f32 (optax's adamw with mu_dtype=f32 on bf16 parameters). Where the
-// only narrow buffers are bf16 p, g and p' (and such a v), or a bf16 first state (optax's
-// mu_dtype, accumulator_dtype), the body reads and writes them in place, converting in
-// registers (staging them through scratch, as RunMultiTensor does, made the bf16 momentum step
-// slower than XLA's: benchmarks/optimizer_step.py's bf16 rows); other narrow types (f16, p and g
-// of different types, narrow state with narrow p) are staged.
+// to T (float, Bf16Bits or _Float16), first and first_out (the first state slot: m, acc) to S,
+// and rest[k], rest_out[k] (any further state: v) to R. In registers, the buffers read and
+// written in place: bf16 p, g and p' with f32 state (and a bf16 v: optax's adamw with
+// mu_dtype=f32 on bf16 parameters), a bf16 first state of f32 parameters (optax's mu_dtype,
+// accumulator_dtype), and every buffer bf16 or every buffer f16 (jgsess.optim.f32_math's f32
+// update of narrow state); staging them through scratch, as RunMultiTensor does, made the bf16
+// momentum step slower than XLA's and f32_math's 0.4-0.8x torch's (benchmarks/optimizer_step.py).
+// Other narrow types (p and g of different types, f16 with f32 state) are staged.
 template <int kIn, int kOut, typename Body>
 void RunOptimizer(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut>>& tensors,
                   Body body) {
@@ -132,6 +132,10 @@ void RunOptimizer(ffi::ThreadPool& pool, const std::vector<TensorSlots<kIn, kOut
       }
     } else if (typed(slots, DataType::F32, DataType::BF16)) {
       direct.template operator()<float, Bf16Bits>(slots, begin, end);
+    } else if (typed(slots, DataType::BF16, DataType::BF16, DataType::BF16)) {
+      direct.template operator()<Bf16Bits, Bf16Bits, Bf16Bits>(slots, begin, end);
+    } else if (typed(slots, DataType::F16, DataType::F16, DataType::F16)) {
+      direct.template operator()<_Float16, _Float16, _Float16>(slots, begin, end);
     } else {
       StagePiece(slots, begin, end, staged);  // all f32: the buffers themselves, unstaged
     }

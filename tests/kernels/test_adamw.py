@@ -62,9 +62,10 @@ def test_mixed_precision_parameters_and_gradients(p_dtype, g_dtype):
 
 
 @pytest.mark.parametrize("state_dtype", [jnp.bfloat16, jnp.float16])
-@pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 def test_narrow_moments(state_dtype, p_dtype):
-    # optax's mu_dtype (m narrow: in registers where p is f32), and both moments narrow
+    # optax's mu_dtype (m narrow: in registers where p is f32), and both moments narrow (every
+    # buffer in one narrow type: in registers, jgsess.optim.f32_math's update)
     sizes = [(5,), (20_001,), (70_001,)]
     for v_dtype in (jnp.float32, state_dtype):
         ops = operands(sizes, 4, p_dtype, p_dtype, m_dtype=state_dtype, v_dtype=v_dtype)

@@ -38,9 +38,10 @@ def test_mixed_precision(p_dtype, g_dtype):
 
 
 @pytest.mark.parametrize("acc_dtype", [jnp.bfloat16, jnp.float16])
-@pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("p_dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 def test_narrow_accumulator(acc_dtype, p_dtype):
-    # optax.sgd(accumulator_dtype=...): read widened, acc' rounded to the accumulator's dtype
+    # optax.sgd(accumulator_dtype=...): read widened, acc' rounded to the accumulator's dtype;
+    # with p of its type, jgsess.optim.f32_math's update (in registers)
     ops = operands([(3,), (33_333,), (70_001,)], 6, p_dtype, p_dtype, acc_dtype)
     for flags in (0, momentum.Flag.NESTEROV, momentum.Flag.UPDATE):
         check(momentum.SPEC, ops, flags=flags)

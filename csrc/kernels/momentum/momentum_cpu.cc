@@ -34,8 +34,8 @@ ffi::Error MomentumCpuImpl(ffi::ThreadPool pool, Args args, Rets rets, int64_t f
           };
           RunNarrowOptimizer<3, 2>(pool, part, step);
         } else {
-          auto step = [&](const auto* p, const auto* g, const auto* acc, const float* const*,
-                          auto* p_out, auto* acc_out, float* const*, int64_t n) {
+          auto step = [&](const auto* p, const auto* g, const auto* acc, const auto* const*,
+                          auto* p_out, auto* acc_out, auto* const*, int64_t n) {
             VecFor(
                 n,
                 [=]<typename F>(int64_t i, const auto& hv) JGSESS_REGION {
