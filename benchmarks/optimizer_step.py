@@ -2,11 +2,11 @@
 optimizers, and the jgsess kernels alone against the machine's in-place ceiling.
 
 For each parameter set (real model shapes, benchmarks/param_sets.py), optimizer (AdamW, SGD
-with momentum 0.9) and dtypes (`f32`; `bf16`: bf16 parameters and optax's default state, bf16
-too, as torch keeps it; `bf16-f32-state`: bf16 parameters, f32 mu / accumulator (optax's
-mu_dtype / accumulator_dtype; AdamW's nu stays bf16); `bf16-state`: f32 parameters with a bf16
-mu / accumulator), these variants run one step `(params, state, grads) -> (params, state)`
-with params and state donated:
+with momentum 0.9) and dtypes (`f32`; `bf16`, `f16`: narrow parameters and optax's default
+state, in their dtype too, as torch keeps it; `bf16-f32-state`: bf16 parameters, f32 mu /
+accumulator (optax's mu_dtype / accumulator_dtype; AdamW's nu stays bf16); `bf16-state`: f32
+parameters with a bf16 mu / accumulator), these variants run one step `(params, state, grads)
+-> (params, state)` with params and state donated:
 
   jax.jit            optax's update + apply_updates, compiled by XLA
   jgsess.jit         the same unmodified function, compiled by jgsess.jit
@@ -23,6 +23,10 @@ with params and state donated:
                      fused=True), when torch is installed (`pip install .[bench]`), where its
                      state has optax's dtypes (f32, bf16): it computes in f32 and rounds what
                      it stores, where optax's bf16 update rounds every operation
+  jgsess.optim f32_math, kernel, f32 math
+                     (bf16 and f16) jgsess.optim.f32_math's fused step, and its kernel alone:
+                     the update computed in f32 and rounded once when stored, as torch's fused
+                     optimizers do (a change of numbers; the other variants keep optax's)
   kernel             the jgsess kernel alone (its primitive under jax.jit, in place, one call
                      over every tensor where jgsess.jit makes calls of at most 128): what the
                      CPU kernel itself reaches. It computes what jgsess.jit's program computes,
@@ -47,10 +51,17 @@ The ceiling is an in-place stream in C++ with exactly the optimizer's traffic
 measured in the same run on one large tensor, at the start and at the end (the better of the
 two); every variant reports its share of it, and of the STREAM triad (a = b + s*c, which also
 pays write-allocate traffic) as a second column. Bytes counted per parameter: AdamW 28 (f32), 14
-(bf16), 18 (bf16-f32-state) or 24 (bf16-state), momentum 20, 10, 14 or 16.
+(bf16, f16), 18 (bf16-f32-state) or 24 (bf16-state), momentum 20, 10, 14 or 16.
+
+`--cpus 2,1` also times the kernels alone on one CPU (each row, and the ceilings, in a process
+pinned to the first N CPUs before jax makes its thread pool): what one core does, against the
+ceiling one core reaches; the log says how the CPUs map to cores. The `kernel` row of `f16` is
+the kernel whatever jgsess.jit takes: on a CPU, XLA's code for an f16 AdamW with bias
+correction (its probe finds XLA's f16 rounding unlike the kernel's) and for any f16 update
+where the CPU has f16 arithmetic, and the faster measured for f16 momentum.
 
     python benchmarks/optimizer_step.py [--sets resnet50,bert-base] [--dtypes f32,bf16,bf16-state]
-        [--optimizers adamw,momentum] [--runs 9] [--steps 1] [--out DIR]
+        [--optimizers adamw,momentum] [--cpus 2,1] [--runs 9] [--steps 1] [--out DIR]
 """
 
 from __future__ import annotations
@@ -84,12 +95,16 @@ from tests.native import module as probes  # noqa: E402  (the bandwidth probes: 
 DTYPES = {
     "f32": (jnp.float32, None),
     "bf16": (jnp.bfloat16, None),
+    "f16": (jnp.float16, None),
     "bf16-f32-state": (jnp.bfloat16, jnp.float32),
     "bf16-state": (jnp.float32, jnp.bfloat16),
 }
 TRAFFIC = {"adamw": (4, 3), "momentum": (3, 2)}  # arrays read, arrays written back in place
 NOTHING = "nothing computed"
 IN_YOUR_JIT = "jgsess.optim in your jax.jit"
+F32_MATH = "jgsess.optim f32_math"
+F32_MATH_KERNEL = "f32 math"
+KERNELS = ("kernel", f"kernel, {F32_MATH_KERNEL}")  # the variants timed on fewer CPUs
 SCAN = 4  # steps in the scanned variants' one program
 
 
@@ -214,20 +229,25 @@ class TrainStateVariant:
 
 
 class KernelVariant(JaxVariant):
-    """The jgsess kernel alone: its primitive, every result written over its operand."""
+    """The jgsess kernel alone: its primitive, every result written over its operand. Narrow
+    parameters with their state in their dtype run the narrow form (each operation rounded, its
+    hyper-parameters values of that dtype, as jgsess.jit's node has them), or with `f32_math`
+    the f32 form on the narrow buffers (jgsess.optim.f32_math's)."""
 
-    def __init__(self, optimizer, params, grads, state_dtype):
+    def __init__(self, optimizer, params, grads, state_dtype, f32_math=False):
         spec, flags = (
             (adamw.SPEC, adamw.OPTAX_ADAMW) if optimizer == "adamw" else (momentum.SPEC, 0)
         )
-        if params[0].dtype != jnp.float32 and state_dtype is None:  # the update written in bf16
+        dtype = params[0].dtype
+        narrow = dtype != jnp.float32 and state_dtype is None and not f32_math
+        if narrow:  # the update written in bf16 / f16
             flags |= adamw.Flag.NARROW if optimizer == "adamw" else momentum.Flag.NARROW
-        elif params[0].dtype != jnp.float32 and optimizer == "adamw":  # f32 mu, bf16 nu
-            flags |= adamw.Flag.MIXED
+        elif dtype != jnp.float32 and optimizer == "adamw" and state_dtype is not None:
+            flags |= adamw.Flag.MIXED  # f32 mu, bf16 nu
         scalars = [0.9, 0.1, 0.999, 0.001, 0.5, 0.25, 1e-8, 0.0, 1e-4, 1e-3, 1.0, 1.0, 1.0]
         if optimizer == "momentum":
             scalars = [1e-2, 0.9, 0.0, 1.0]
-        self.scalars = [jnp.float32(s) for s in scalars]
+        self.scalars = [jnp.float32(jnp.asarray(s, dtype) if narrow else s) for s in scalars]
         per_tensor = spec.tensors.operands
         state = per_tensor - 2
         base = len(scalars)
@@ -268,6 +288,7 @@ class TorchVariant:
         import torch
 
         as_torch = {jnp.float32: torch.float32, jnp.bfloat16: torch.bfloat16}
+        as_torch[jnp.float16] = torch.float16
         self.device = "cpu" if jax.default_backend() == "cpu" else "cuda"
 
         def tensor(x):
@@ -368,14 +389,38 @@ def make_variants(optimizer: str, dtype_name: str, params, grads) -> dict:
         del variants["optax.flatten"]  # its one vector is one dtype
     if param_dtype != jnp.float32 and state_dtype is not None:
         del variants["jgsess.optim"]  # f32 state of bf16 params
+    if param_dtype != jnp.float32 and state_dtype is None:  # the choice of f32 math
+        f32_tx = jgsess.optim.f32_math(make_fused())
+        f32_step = jgsess.optim.fused_step(f32_tx)
+        variants[F32_MATH] = lambda: JaxVariant(
+            lambda p, s, g: f32_step(p, g, s), f32_tx.init, params, grads
+        )
+        variants[f"kernel, {F32_MATH_KERNEL}"] = lambda: KernelVariant(
+            optimizer, params, grads, state_dtype, f32_math=True
+        )
     if torch_available() and state_dtype is None:  # torch's state has p's dtype
         variants["torch fused"] = lambda: TorchVariant(optimizer, params, grads)
     return variants
 
 
+def pin(cpus: int) -> None:
+    """This process on its first `cpus` CPUs (before jax makes its CPU client, whose thread
+    pool, which the kernels share their work with, takes the CPUs it may run on)."""
+    if cpus < os.cpu_count():
+        os.sched_setaffinity(0, set(range(cpus)))
+
+
 def run_set(
-    name: str, optimizer: str, dtype_name: str, runs: int, warmup: int, steps: int = 1
+    name: str,
+    optimizer: str,
+    dtype_name: str,
+    runs: int,
+    warmup: int,
+    steps: int = 1,
+    cpus: int | None = None,
 ) -> dict:
+    cpus = cpus or os.cpu_count()
+    pin(cpus)
     dtype = DTYPES[dtype_name][0]
     shapes = SETS[name]()
     count = sum(math.prod(s) for s in shapes)
@@ -387,6 +432,8 @@ def run_set(
     grads = [(p * 0.01 + 1e-3).astype(dtype) for p in params]
     variants = {}
     for variant, make in make_variants(optimizer, dtype_name, params, grads).items():
+        if cpus < os.cpu_count() and variant not in KERNELS:
+            continue  # on fewer CPUs: the kernels alone
         start = time.perf_counter()
         variants[variant] = make()
         for _ in range(warmup):
@@ -415,6 +462,7 @@ def run_set(
         "set": name,
         "optimizer": optimizer,
         "dtype": dtype_name,
+        "cpus": cpus,
         "leaves": len(shapes),
         "params": count,
         "bytes_per_param": bytes_per_param(optimizer, dtype_name),
@@ -427,22 +475,23 @@ def table(results: list[dict], ceiling: dict) -> str:
 
     rows = []
     for r in results:
-        base, torch_ms = r["ms"]["jax.jit"], r["ms"].get("torch fused")
+        base, torch_ms = r["ms"].get("jax.jit"), r["ms"].get("torch fused")
         moved = r["params"] * r["bytes_per_param"]
-        inplace = ceiling[r["optimizer"], r["dtype"]]
+        ceilings_here = ceiling[r["cpus"]]
+        inplace = ceilings_here[r["optimizer"], r["dtype"]]
         for variant, ms in r["ms"].items():
             gbps = moved / (ms / 1e3) / 1e9
             rates = [
-                f"{base / ms:.2f}x",
+                f"{base / ms:.2f}x" if base else "-",
                 f"{torch_ms / ms:.2f}x" if torch_ms else "-",
                 f"{gbps:.1f}",
                 f"{gbps / inplace:.0%}",
-                f"{gbps / ceiling['triad']:.0%}",
+                f"{gbps / ceilings_here['triad']:.0%}",
             ]
             rows.append(
                 [
                     f"{r['set']} ({r['leaves']} arrays, {r['params'] / 1e6:.1f}M)",
-                    f"{r['optimizer']} {r['dtype']}",
+                    f"{r['optimizer']} {r['dtype']}, {r['cpus']} CPU",
                     variant,
                     f"{ms:.2f}",
                     *(["-"] * len(rates) if variant == NOTHING else rates),
@@ -468,21 +517,21 @@ def plot(results: list[dict], ceiling: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = list(dict.fromkeys((r["optimizer"], r["dtype"]) for r in results))
+    panels = list(dict.fromkeys((r["optimizer"], r["dtype"], r["cpus"]) for r in results))
     sets = list(dict.fromkeys(r["set"] for r in results))
     fig, axes = plt.subplots(
         len(panels), len(sets), figsize=(4.4 * len(sets), 3.8 * len(panels)), squeeze=False
     )
     colors = [plt.get_cmap("tab20")(i) for i in range(20)]
     for r in results:
-        ax = axes[panels.index((r["optimizer"], r["dtype"]))][sets.index(r["set"])]
+        ax = axes[panels.index((r["optimizer"], r["dtype"], r["cpus"]))][sets.index(r["set"])]
         variants = [v for v in r["ms"] if v != NOTHING]
         moved = r["params"] * r["bytes_per_param"]
         gbps = [moved / (r["ms"][v] / 1e3) / 1e9 for v in variants]
         bars = ax.bar(variants, gbps, color=colors[: len(variants)])
-        inplace = ceiling[r["optimizer"], r["dtype"]]
+        inplace = ceiling[r["cpus"]][r["optimizer"], r["dtype"]]
         ax.axhline(inplace, color="red", linestyle="--", label=f"in-place {inplace:.1f} GB/s")
-        ax.axhline(ceiling["triad"], color="gray", linestyle=":", label="triad")
+        ax.axhline(ceiling[r["cpus"]]["triad"], color="gray", linestyle=":", label="triad")
         for bar, v in zip(bars, variants):
             ax.text(
                 bar.get_x() + bar.get_width() / 2,
@@ -492,7 +541,7 @@ def plot(results: list[dict], ceiling: dict, path: str) -> None:
                 va="bottom",
                 fontsize=7,
             )
-        ax.set_title(f"{r['set']} / {r['optimizer']} {r['dtype']}", fontsize=10)
+        ax.set_title(f"{r['set']} / {r['optimizer']} {r['dtype']}, {r['cpus']} CPU", fontsize=10)
         ax.set_ylabel("GB/s moved")
         ax.tick_params(axis="x", labelrotation=60, labelsize=6)
         ax.legend(fontsize=7, loc="lower right")
@@ -501,43 +550,88 @@ def plot(results: list[dict], ceiling: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def cores() -> str:
+    """How the CPUs this process may run on map to cores (Linux's topology)."""
+    try:
+        cores = {
+            open(f"/sys/devices/system/cpu/cpu{c}/topology/core_id").read().strip()
+            + "/"
+            + open(f"/sys/devices/system/cpu/cpu{c}/topology/physical_package_id").read().strip()
+            for c in sorted(os.sched_getaffinity(0))
+        }
+    except OSError:
+        return f"{os.cpu_count()} CPUs"
+    return f"{os.cpu_count()} CPUs on {len(cores)} cores (as the kernel reports the topology)"
+
+
+def pinned_ceilings(cpus: int) -> dict:
+    pin(cpus)
+    return ceilings()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--optimizers", default=",".join(TRAFFIC))
     parser.add_argument("--dtypes", default=",".join(DTYPES))
+    parser.add_argument(
+        "--cpus", default=str(os.cpu_count()), help="e.g. 2,1: the kernels alone on 1"
+    )
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    counts = [int(c) for c in args.cpus.split(",")]
     log(
         f"jax {jax.__version__}, {jax.default_backend()} ({jax.devices()[0].device_kind}), "
-        f"{os.cpu_count()} CPUs, CPU kernels' vectors: {_C.simd_isa()}"
+        f"{cores()}, CPU kernels' vectors: {_C.simd_isa()}"
         + (", torch fused columns" if torch_available() else "")
     )
-    ceiling = ceilings()
+    spawn = multiprocessing.get_context("spawn")
+
+    def measure_ceilings() -> dict:
+        out = {}
+        for cpus in counts:
+            with spawn.Pool(1) as pool:  # pinned before it measures
+                out[cpus] = pool.apply(pinned_ceilings, (cpus,))
+        return out
+
+    ceiling = measure_ceilings()
     log(f"ceilings (GB/s): {ceiling}")
     results = []
-    spawn = multiprocessing.get_context("spawn")
     for name in args.sets.split(","):
         for optimizer in args.optimizers.split(","):
             for dtype in args.dtypes.split(","):
-                row = (name, optimizer, dtype, args.runs, args.warmup, args.steps)
-                with spawn.Pool(1) as pool:  # a fresh process per row
-                    results.append(pool.apply(run_set, row))
-    ceiling = {k: max(v, w) for (k, v), w in zip(ceiling.items(), ceilings().values())}
+                for cpus in counts:
+                    row = (name, optimizer, dtype, args.runs, args.warmup, args.steps, cpus)
+                    with spawn.Pool(1) as pool:  # a fresh process per row
+                        results.append(pool.apply(run_set, row))
+    again = measure_ceilings()
+    ceiling = {
+        cpus: {k: max(v, again[cpus][k]) for k, v in values.items()}
+        for cpus, values in ceiling.items()
+    }
     text = table(results, ceiling)
     plot(results, ceiling, os.path.join(args.out, "optimizer_step.png"))
     notes = (
-        f"ms per step, medians of {args.runs} interleaved runs; ceilings (GB/s, best of start "
-        "and end): "
-        + ", ".join(
-            f"{k if isinstance(k, str) else ' '.join(k)} {v:.1f}" for k, v in ceiling.items()
+        f"ms per step, medians of {args.runs} interleaved runs; {cores()}; ceilings (GB/s, best "
+        "of start and end): "
+        + "; ".join(
+            f"{cpus} CPU: "
+            + ", ".join(
+                f"{k if isinstance(k, str) else ' '.join(k)} {v:.1f}" for k, v in values.items()
+            )
+            for cpus, values in ceiling.items()
         )
     )
-    raw = {"ceilings": {str(k): v for k, v in ceiling.items()}, "results": results}
+    raw = {
+        "ceilings": {
+            str(cpus): {str(k): v for k, v in values.items()} for cpus, values in ceiling.items()
+        },
+        "results": results,
+    }
     record.save(args.out, "optimizer_step", text, raw, notes)
     log("")
     log(notes)

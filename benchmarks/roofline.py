@@ -87,7 +87,7 @@ def summary(out: str) -> str:
     path = os.path.join(out, "optimizer_step.json")
     if os.path.exists(path):
         data = json.load(open(path))["results"]  # benchmarks/record.py: the run's record
-        ceilings = data["ceilings"]
+        by_cpus = data["ceilings"]  # CPUs -> the ceilings measured on that many
         lines.append(
             f"{'set':17s} {'opt':20s} {'jax.jit ms':>10s} {'jgsess.jit':>10s} {'speedup':>8s} "
             f"{'torch':>8s} {'roofline':>9s} {'of it':>6s}"
@@ -96,6 +96,7 @@ def summary(out: str) -> str:
             ms = r["ms"]
             if "jgsess.jit" not in ms:
                 continue
+            ceilings = by_cpus[str(r["cpus"])]
             ceiling = ceilings[str((r["optimizer"], r["dtype"]))]
             roof = r["params"] * r["bytes_per_param"] / (ceiling * 1e9) * 1e3
             torch = f"{ms['torch fused'] / ms['jgsess.jit']:7.2f}x" if "torch fused" in ms else "-"
@@ -104,9 +105,10 @@ def summary(out: str) -> str:
                 f"{ms['jgsess.jit']:10.3f} {ms['jax.jit'] / ms['jgsess.jit']:7.2f}x {torch:>8s} "
                 f"{roof:9.3f} {roof / ms['jgsess.jit']:6.0%}"
             )
+        triad = max(values["triad"] for values in by_cpus.values())
         lines.append(
             f"roofline: the row's bytes at the ceiling measured in the run (STREAM in place on a "
-            f"CPU, a device copy on a GPU: {ceilings['triad']:.0f} GB/s)"
+            f"CPU, a device copy on a GPU: {triad:.0f} GB/s)"
         )
     return "\n".join(lines)
 
