@@ -110,6 +110,7 @@ def decide(target: Target, node, record, nested: bool = False) -> Decision:
         return ruled
     then = spec.followed_by(spec.static(node.params)) if nested else None
     key = autotune.key_of(node, target)
+    guess: tuple[bool, str] | None
     if then is not None:
         key += "|followed by the enclosing program's step"
         guess = (False, "XLA fuses the reference with the enclosing program's next step")
