@@ -109,15 +109,16 @@ def decide(target: Target, node, record, nested: bool = False) -> Decision:
     if ruled is not None:
         return ruled
     then = spec.followed_by(spec.static(node.params)) if nested else None
-    key = autotune.key_of(node, target)
     guess: tuple[bool, str] | None
     if then is not None:
-        key += "|followed by the enclosing program's step"
         guess = (False, "XLA fuses the reference with the enclosing program's next step")
     else:
         guess = spec.cost_model(node, target.platform) if spec.cost_model else None
         if guess is None:
             return Decision(Impl.KERNEL, f"compiled {target.platform} kernel")
+    key = autotune.key_of(node, target)  # only for a node that may be measured
+    if then is not None:
+        key += "|followed by the enclosing program's step"
     sides = functools.partial(autotune.node_sides, node, then)
     return _by_measurement(target, record, spec.name, key, sides, lambda: guess)
 
