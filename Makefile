@@ -1,7 +1,7 @@
-# `make demo` and `make test` create .venv if missing and build jgsess there (`make test` and
-# `make bench` also build the test-only extension tests/native/_testing: the SIMT emulator of
-# the CUDA kernels, host test hooks, bandwidth probes); `make lint` checks the Python (ruff)
-# and C++/CUDA (clang-format) style and the types (mypy, `make typecheck`); `make
+# `make demo`, `make example` and `make test` create .venv if missing and build jgsess there
+# (`make test` and `make bench` also build the test-only extension tests/native/_testing: the
+# SIMT emulator of the CUDA kernels, host test hooks, bandwidth probes); `make lint` checks the
+# Python (ruff) and C++/CUDA (clang-format) style and the types (mypy, `make typecheck`); `make
 # test-oldest-jax` runs the type check and the tests on the oldest jax jgsess supports; `make
 # test-peer` runs JAX's own jit tests with jax.jit swapped for jgsess.jit (tests/peer); `make
 # test-device-jax` rehearses the GPU check on the GPU machine's jax (.ci/device-jax).
@@ -24,9 +24,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.jgsess-built
 TESTING_STAMP := $(VENV)/.jgsess-testing-built
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f)
-CSRC := $(shell find csrc -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh')
+CSRC := $(shell find csrc examples -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh')
 
-.PHONY: demo test test-peer test-public-road build build-testing bench tools lint typecheck \
+.PHONY: demo example test test-peer test-public-road build build-testing bench tools lint typecheck \
 	test-oldest-jax test-device-jax clean
 
 $(PY):
@@ -50,13 +50,18 @@ build-testing: $(TESTING_STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# a kernel of your own in unmodified flax and jnp models: examples/rmsnorm (builds its C++ FFI
+# kernel against jax's headers, registers it, trains three models under jax.jit and jgsess.jit)
+example: $(STAMP)
+	$(PY) examples/rmsnorm/train.py
+
 test: $(STAMP) $(TESTING_STAMP)
 	$(PY) -m pytest -q $(TESTS) $(PYTEST_ARGS)
 
 # jgsess.jit's public road (jax's public API alone, JGSESS_ROAD=public) through the fusion,
 # jit-parity and composition suites; tests marked hook_road are strict xfails there
 PUBLIC_ROAD_TESTS ?= tests/passes tests/test_jit_parity.py tests/test_compositions.py \
-	tests/test_jit.py tests/test_roads.py
+	tests/test_jit.py tests/test_roads.py tests/test_user_kernels.py
 test-public-road: $(STAMP) $(TESTING_STAMP)
 	JGSESS_ROAD=public $(PY) -m pytest -q $(PUBLIC_ROAD_TESTS)
 

@@ -10,5 +10,17 @@ from ._api import JgsessFallbackWarning, Jitted, jit
 from ._version import __version__  # noqa: F401 - the public attribute
 from .kernels import KernelSpec
 from .report import Report
+from .user_kernels import Factors, Kernel, Registration, register_replacement
 
-__all__ = ["JgsessFallbackWarning", "Jitted", "KernelSpec", "Report", "jit", "optim"]
+__all__ = [
+    "Factors",
+    "JgsessFallbackWarning",
+    "Jitted",
+    "Kernel",
+    "KernelSpec",
+    "Registration",
+    "Report",
+    "jit",
+    "optim",
+    "register_replacement",
+]

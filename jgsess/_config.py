@@ -33,11 +33,20 @@ from __future__ import annotations
 
 import os
 
+_registrations = [0]  # how many times the users' kernel registrations changed
+
+
+def registrations_changed() -> None:
+    """A kernel registration began or ended (jgsess.register_replacement): programs compiled
+    from now on are kept apart from those compiled before."""
+    _registrations[0] += 1
+
 
 def fingerprint() -> tuple:
-    """Every JGSESS_* setting as it is now, as sorted (name, value) pairs: what a compiled
-    program is kept under."""
-    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("JGSESS_")))
+    """Every JGSESS_* setting as it is now, as sorted (name, value) pairs, and the generation of
+    the users' kernel registrations: what a compiled program is kept under."""
+    settings = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("JGSESS_")))
+    return (*settings, ("registrations", _registrations[0]))
 
 
 def road() -> str:

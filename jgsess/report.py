@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .memory.plan import MemoryPlan
+from .passes.fusions.fuse_registered import NAME as REGISTERED
 from .session import Session
 
 
@@ -97,6 +98,17 @@ class Report:
     @property
     def kernels(self) -> list:
         return self.session.record.kernels
+
+    @property
+    def registered(self) -> dict[str, str]:
+        """The users' kernel registrations in effect when the program was compiled
+        (jgsess.register_replacement), name -> what became of them: "fused N" (how many nodes;
+        `kernels` says what runs each) or "registered, no match"."""
+        fused = Counter(kind for name, kind in self.session.record.fusions if name == REGISTERED)
+        return {
+            name: f"fused {fused[name]} -> {target}" if fused[name] else "registered, no match"
+            for name, target in self.session.record.registered.items()
+        }
 
     @property
     def unmeasured(self) -> list[tuple[str, str]]:
@@ -213,6 +225,9 @@ class Report:
         hint = self.donation_hint()
         if hint:
             out += ["", "hint: " + hint]
+        out += [
+            f"{n}: {what}" for n, what in self.registered.items() if not what.startswith("fused")
+        ]
         kinds = Counter(kind for _, kind, _ in record.declined)
         for kind, n in sorted(kinds.items()):
             reason = next(r for _, k, r in record.declined if k == kind)

@@ -106,6 +106,10 @@ def decide(target: Target, node, record, nested: bool = False) -> Decision:
     program is traced inside another one's trace."""
     spec = node.op
     ruled = _ruled(target, spec)
+    if spec.tolerance is not None and (ruled is None or ruled.kernel):
+        close = agrees(target, node)
+        if not close.kernel:
+            return close
     if ruled is not None:
         return ruled
     then = spec.followed_by(spec.static(node.params)) if nested else None
@@ -121,6 +125,57 @@ def decide(target: Target, node, record, nested: bool = False) -> Decision:
         key += "|followed by the enclosing program's step"
     sides = functools.partial(autotune.node_sides, node, then)
     return _by_measurement(target, record, spec.name, key, sides, lambda: guess)
+
+
+_AGREED: dict[str, Decision] = {}
+
+
+def agrees(target: Target, node) -> Decision:
+    """Whether the kernel of `node` (a spec with a tolerance: a user's kernel) agrees with its
+    reference within (rtol, atol) on random operands of the node's shapes, both compiled for
+    the target; asked once per process, kernel, shapes and attributes. A kernel that disagrees
+    or fails is not taken (the failure warned; raised under JGSESS_STRICT)."""
+    spec = node.op
+    key = autotune.key_of(node, target)
+    if key in _AGREED:
+        return _AGREED[key]
+    if not has_devices(target.platform):
+        return Decision(Impl.XLA, "not checked against its reference: no device here")
+    rtol, atol = spec.tolerance
+    sides = autotune.node_sides(node)
+    try:
+        compiled = target.compile([sides.kernel, sides.xla], sides.operands)
+        args = target.put(sides.operands)
+        with jax.ensure_compile_time_eval():
+            kernel, xla = ([np.asarray(x, np.float64) for x in fn(*args)] for fn in compiled)
+    except Exception as err:  # noqa: BLE001 - a failing kernel declines itself alone
+        if _config.strict():
+            raise
+        cause = f"{type(err).__name__}: {err}"
+        warn_once(
+            f"checking {key}: {cause}",
+            f"jgsess: running the kernel {spec.name} ({spec.target}) failed ({cause}); XLA's "
+            "code runs in its place",
+            stacklevel=3,
+        )
+        decision = Decision(Impl.XLA, f"the kernel failed: {cause}")
+    else:
+        worst = max(
+            (float(np.nanmax(np.abs(k - x) - rtol * np.abs(x))) if k.size else 0.0)
+            for k, x in zip(kernel, xla)
+        )
+        close = all(
+            k.shape == x.shape and np.allclose(k, x, rtol, atol, equal_nan=True)
+            for k, x in zip(kernel, xla)
+        )
+        decision = Decision.of(
+            close,
+            f"agrees with its reference within rtol {rtol:g}, atol {atol:g}"
+            if close
+            else f"differs from its reference by {worst:.3g} beyond rtol {rtol:g} (atol {atol:g})",
+        )
+    _AGREED[key] = decision
+    return decision
 
 
 def decide_fusion(target: Target, specs) -> Decision:

@@ -246,6 +246,7 @@ def test_strict_mode_raises_where_the_road_changes(monkeypatch):
         "core.trace_ctx",
         "traceback_util.register_exclusion",
         "dispatch.prim_requires_devices_during_lowering",
+        "lib.xla_client",
     ],
 )
 def test_each_private_name_has_a_fallback(monkeypatch, missing):
@@ -271,3 +272,5 @@ def test_each_private_name_has_a_fallback(monkeypatch, missing):
     )
     registered = _compat.require_devices_when_lowering(_compat.Primitive("jgsess_test_devices"))
     assert registered is (missing != "dispatch.prim_requires_devices_during_lowering")
+    listed = _compat.ffi_targets("cpu")
+    assert listed is None if missing == "lib.xla_client" else "jgsess_adamw" in listed

@@ -82,6 +82,27 @@ def require_devices_when_lowering(primitive) -> bool:
     return True
 
 
+# the FFI registration platform of each kernel platform (jgsess/platforms.py)
+_FFI_PLATFORM = {"cpu": "cpu", "cuda": "CUDA", "rocm": "ROCM"}
+
+
+def ffi_targets(platform: str) -> frozenset[str] | None:
+    """The FFI targets registered with jax for the kernel `platform` ("cpu", "cuda"), or None
+    where this jax cannot tell (a check that needs it is then skipped: the target's absence
+    shows when a program calling it compiles). jax offers no public listing: jaxlib's
+    `xla_client` lists those its platform's client took, and keeps the ones registered before
+    that client was made in a queue of its own."""
+    try:
+        client = _private("jax._src.lib", "xla_client")
+        name = client.xla_platform_names.get(_FFI_PLATFORM.get(platform, platform), platform)
+        taken = client.custom_call_targets(name)
+        with client._custom_callback_lock:
+            queued = [entry[0] for entry in client._custom_callback.get(name, ())]
+        return frozenset(taken) | frozenset(queued)
+    except (ImportError, AttributeError, TypeError, RuntimeError):
+        return None
+
+
 # jax's all-reduce primitives: psum, and the psum of a shard_map body that checks which values
 # vary over its axes
 _ALL_REDUCES = ("psum", "psum_invariant", "psum2")
@@ -284,8 +305,11 @@ def is_unspecified(sharding) -> bool:
 # ---- params that differ between releases --------------------------------------------------------
 
 SAME_DTYPE = {"out_dtype": None}  # match an op that keeps its operands' dtype (newer jax)
+# params that say where an op's result is placed, not what it computes (jax's transposes
+# write them where a mesh is in context)
+PLACEMENT_PARAMS = frozenset({"sharding", "out_sharding"})
 # params that depend on the shapes an op was traced with, not on what it computes
-SHAPE_PARAMS = frozenset({"shape", "broadcast_dimensions", "sharding", "out_sharding"})
+SHAPE_PARAMS = frozenset({"shape", "broadcast_dimensions"}) | PLACEMENT_PARAMS
 
 
 def convert_dtype(params: dict):

@@ -101,6 +101,10 @@ class KernelSpec:
       per_shard: `(bind, local operands, mesh axes per operand, static) -> results`, for
         kernels whose factors include reductions or summed factors: combines the per-shard
         partial results (the mesh axes are those of each operand's reduced factors).
+      tolerance: (rtol, atol) for a kernel whose results are only close to its reference's (a
+        user's kernel, jgsess.register_replacement): before selection takes it for a node, it
+        is run beside the reference on random operands of the node's shapes and must agree
+        within these. None: the kernel computes the reference's bits (jgsess's own, tested so).
       doc: one line for reports.
     """
 
@@ -118,6 +122,7 @@ class KernelSpec:
     factors: Callable | None = None
     sharded_like_first: tuple[int, ...] = ()
     per_shard: Callable | None = None
+    tolerance: tuple[float, float] | None = None
     doc: str = ""
 
     is_kernel_spec = True

@@ -62,6 +62,10 @@ class CompileRecord:
     # bucket_all_reduce.BucketChoice per group of all-reduces: bucket-all-reduce
     buckets: list = field(default_factory=list)
 
+    # registration name -> its FFI target, per user kernel registered when the program was
+    # compiled: fuse-registered (a name with no fusion shows as "registered, no match")
+    registered: dict[str, str] = field(default_factory=dict)
+
     def fused(self, pass_name: str, kernel: str) -> None:
         self.fusions.append((pass_name, kernel))
 

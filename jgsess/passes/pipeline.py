@@ -20,6 +20,7 @@ from .fusions import (
     fuse_cast_all,
     fuse_global_norm,
     fuse_momentum,
+    fuse_registered,
     fuse_relu_mask,
 )
 from .manager import Pass
@@ -33,6 +34,7 @@ def default_pipeline() -> list[Pass]:
         widen_narrow_products.PASS,
         dedup.CONVERT_PASS,  # the widenings it made of values widened already
         dce.PASS,
+        fuse_registered.PASS,  # the users' kernels (jgsess.register_replacement) first
         fuse_batch_norm_relu.PASS,
         fuse_global_norm.PASS,
         fuse_adamw.PASS,

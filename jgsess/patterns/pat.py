@@ -24,7 +24,7 @@ class Pattern:
 class Var(Pattern):
     """Any value, optionally restricted by `pred(value)`; binds `name`."""
 
-    def __init__(self, name: str, pred: Callable | None = None):
+    def __init__(self, name: str | None, pred: Callable | None = None):
         self.name = name
         self.pred = pred
 

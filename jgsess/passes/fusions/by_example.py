@@ -12,6 +12,7 @@ which the passes import).
 
 from __future__ import annotations
 
+import enum
 import inspect
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ import jax.numpy as jnp
 
 from ... import _compat
 from ...ir import from_jaxpr
-from ...ir.graph import Value
+from ...ir.graph import Graph, Value
 from ...patterns import Lit, Pat, Pattern, Scalar, Var, pattern_nodes
 from ..cleanups import clean
 from ..manager import Context
@@ -59,11 +60,48 @@ def from_function(fn, scalars=(), dtypes=None, names=None) -> ExamplePattern:
         jax.ShapeDtypeStruct(() if n in scalars else (_EXAMPLE_SIZE,), dtypes.get(n, jnp.float32))
         for n in names
     ]
+    graph = traced(fn, structs)
+    return to_pattern(graph, names, scalars, fn.__name__, Exactness.SHAPELESS)
+
+
+def traced(fn, structs) -> Graph:
+    """`fn` traced on `structs` and cleaned up as programs are."""
     graph = from_jaxpr(jax.make_jaxpr(fn)(*structs))
     clean(graph, Context())
+    return graph
+
+
+class Exactness(enum.Enum):
+    """How much of an example a pattern keeps: every param but where results are placed, and
+    every literal (EXACT: the example's own shapes); all but the params that depend on shapes
+    (SHAPELESS: every size); the ops and how they connect alone, any literal matching any
+    constant (STRUCTURE: a candidate, to be checked against the example traced at its own
+    shapes)."""
+
+    EXACT = "exact"
+    SHAPELESS = "shapeless"
+    STRUCTURE = "structure"
+
+
+def _is_constant(value: Value) -> bool:
+    return value.is_const and value.ndim == 0
+
+
+def to_pattern(
+    graph: Graph, names, scalars, what: str, exactness: Exactness = Exactness.EXACT
+) -> ExamplePattern:
+    """The pattern of a traced example `graph` whose inputs are the arguments `names` (those in
+    `scalars` rank-0), its first output the root; `what` names the example in errors."""
     memo: dict[Value, Pattern] = {}
     for name, value in zip(names, graph.inputs):
         memo[value] = Scalar(name) if name in scalars else Var(name)
+
+    def params_of(node) -> dict:
+        if exactness is Exactness.STRUCTURE:
+            return {}
+        if exactness is Exactness.SHAPELESS:
+            return {k: v for k, v in node.params.items() if k not in _compat.SHAPE_PARAMS}
+        return {k: v for k, v in node.params.items() if k not in _compat.PLACEMENT_PARAMS}
 
     def convert(value: Value) -> Pattern:
         if value in memo:
@@ -71,16 +109,17 @@ def from_function(fn, scalars=(), dtypes=None, names=None) -> ExamplePattern:
         if value.is_const:
             number = value.scalar_value()
             if number is None:
-                raise ValueError("pattern examples may only hold scalar constants")
+                raise ValueError(f"{what}: pattern examples may only hold scalar constants")
+            if exactness is Exactness.STRUCTURE:
+                return Var(None, _is_constant)
             return Lit(number)
         node = value.producer
         if node is None:
-            raise ValueError(f"{value} is neither an input nor computed in the example")
-        params = {k: v for k, v in node.params.items() if k not in _compat.SHAPE_PARAMS}
+            raise ValueError(f"{what}: {value} is neither an input nor computed in the example")
         pattern = Pat(
             node.name,
             [convert(v) for v in node.inputs],
-            params=params,
+            params=params_of(node),
             index=node.outputs.index(value),
         )
         memo[value] = pattern
@@ -88,11 +127,9 @@ def from_function(fn, scalars=(), dtypes=None, names=None) -> ExamplePattern:
 
     outputs = tuple(convert(v) for v in graph.outputs)
     if not isinstance(outputs[0], Pat):
-        raise ValueError(f"the first output of {fn.__name__} is not computed")
+        raise ValueError(f"the first output of {what} is not computed")
     reachable = pattern_nodes(outputs[0])
     for out in outputs[1:]:
         if id(out) not in reachable:
-            raise ValueError(
-                f"output {out} of {fn.__name__} is not computed on the way to its first"
-            )
-    return ExamplePattern(outputs[0], outputs, names)
+            raise ValueError(f"output {out} of {what} is not computed on the way to its first")
+    return ExamplePattern(outputs[0], outputs, tuple(names))
