@@ -176,11 +176,13 @@ class Graph:
         return node not in self._removed
 
     def walk(self) -> Iterator[Graph]:
-        """This graph and every nested sub-graph."""
+        """This graph and every nested sub-graph (every recursive pass asks, so a node without
+        sub-graphs costs one attribute read here)."""
         yield self
-        for node in self.live():
-            for sub in node.sub_graphs():
-                yield from sub.walk()
+        for node in tuple(self.nodes):  # a snapshot, as live() is: passes edit while walking
+            if node.subgraphs and node not in self._removed:
+                for sub in node.sub_graphs():
+                    yield from sub.walk()
 
     @property
     def outputs(self) -> list[Value]:
