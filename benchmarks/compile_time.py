@@ -1,11 +1,16 @@
-"""Compile-time benchmark: time to first result, jax.jit vs jgsess.jit, 10 to 2,000 leaves.
+"""Compile-time benchmark: time to first result, jax.jit vs jgsess.jit, 10 to 4,000 leaves.
 
 Workloads:
 
   adamw-N    optax.adamw's update and apply_updates over N parameter leaves of mixed small
-             shapes (N = 10, 100, 500, 1000, 2000); the fusions fire
+             shapes (N = 10 to 4,000); the fusions fire
+  adamax-N   the same with optax.adamax, which no kernel computes: nothing fuses
   mlp-N      a flax MLP train step (loss, grad, adamw) with N parameter leaves
   cnn-N      a flax CNN train step (conv, BatchNorm, ReLU, adamw) with N parameter leaves
+  resnet18, efficientnet, lora
+             benchmarks/train_step.py's flax train steps (ResNet-18 with SGD momentum, an
+             EfficientNet-like net with Nesterov and a schedule, 200 LoRA adapter leaves with
+             AdamW)
 
 Each round jits a new function object under each compiler (so no cache is shared), calls it
 once and waits for the result; the two run interleaved, round after round, in one process, and
@@ -38,6 +43,9 @@ import jgsess
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import record  # noqa: E402
+import train_step  # noqa: E402
+
+from jgsess import session  # noqa: E402
 
 EVENTS = {
     "/jgsess/trace_duration": "trace",
@@ -48,14 +56,14 @@ EVENTS = {
 }
 
 
-def adamw_step(leaves: int):
+def adamw_step(leaves: int, opt=None):
     rng = np.random.default_rng(leaves)
     shapes = [(int(rng.integers(1, 64)), int(rng.integers(1, 17))) for _ in range(leaves)]
     params = {
         f"p{i:04d}": jnp.asarray(rng.standard_normal(s), jnp.float32) for i, s in enumerate(shapes)
     }
     grads = jax.tree.map(lambda p: p * 0.01, params)
-    opt = optax.adamw(1e-3, weight_decay=1e-4)
+    opt = opt or optax.adamw(1e-3, weight_decay=1e-4)
 
     def step(params, state, grads):
         updates, state = opt.update(grads, state, params)
@@ -119,13 +127,49 @@ def cnn_step(leaves: int):
     return _train_step(model, model.init(jax.random.PRNGKey(0), x), x, y, mutable=True)
 
 
+def adamax_step(leaves: int):
+    return adamw_step(leaves, optax.adamax(1e-3))
+
+
+def flax_step(name: str):
+    step, state, inputs, _ = train_step.WORKLOADS[name]()
+    return step, (*state, *inputs)
+
+
+SIZES = (10, 100, 250, 500, 1000, 2000, 4000)
 WORKLOADS = {
-    **{f"adamw-{n}": (adamw_step, n) for n in (10, 100, 500, 1000, 2000)},
+    **{f"adamw-{n}": (adamw_step, n) for n in SIZES},
+    **{f"adamax-{n}": (adamax_step, n) for n in SIZES},
     "mlp-20": (mlp_step, 20),
     "mlp-200": (mlp_step, 200),
     "cnn-32": (cnn_step, 32),
     "cnn-302": (cnn_step, 302),
+    **{name: (flax_step, name) for name in ("resnet18", "efficientnet", "lora")},
 }
+
+
+class PassTimes:
+    """Each pass's seconds (summed over its runs) and whether a kernel was taken, per
+    compilation, from the pipeline's own records."""
+
+    def __init__(self):
+        self.runs: list[tuple[dict[str, float], bool]] = []
+        self._run = session.run_pipeline
+
+    def __enter__(self):
+        def run_pipeline(graph, passes, ctx):
+            records = self._run(graph, passes, ctx)
+            seconds: dict[str, float] = {}
+            for r in records:
+                seconds[r.name] = seconds.get(r.name, 0.0) + r.seconds
+            self.runs.append((seconds, any(k.impl == "kernel" for k in ctx.record.kernels)))
+            return records
+
+        session.run_pipeline = run_pipeline
+        return self
+
+    def __exit__(self, *exc):
+        session.run_pipeline = self._run
 
 
 def first_call(make, step, args, events: dict) -> dict:
@@ -157,19 +201,30 @@ def measure(name: str, rounds: int) -> dict:
     runs: dict[str, list[dict]] = {"jax": [], "jgsess": []}
     traces: list[float] = []
     try:
-        for i in range(rounds):  # interleaved, each going first in turn
-            for variant in ("jax", "jgsess")[:: 1 if i % 2 == 0 else -1]:
-                make = jax.jit if variant == "jax" else jgsess.jit
-                runs[variant].append(first_call(make, step, args, events))
-            traces.append(jax_trace(step, args))
+        with PassTimes() as passes:
+            for i in range(rounds):  # interleaved, each going first in turn
+                for variant in ("jax", "jgsess")[:: 1 if i % 2 == 0 else -1]:
+                    make = jax.jit if variant == "jax" else jgsess.jit
+                    runs[variant].append(first_call(make, step, args, events))
+                traces.append(jax_trace(step, args))
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+    per_pass = {
+        name: statistics.median(seconds.get(name, 0.0) for seconds, _ in passes.runs)
+        for name in passes.runs[0][0]
+    }
+    per_pass["emit"] = median_of(runs["jgsess"], "emit")
 
     def median(variant: str, key: str) -> float:
-        return statistics.median(r.get(key, 0.0) for r in runs[variant])
+        return median_of(runs[variant], key)
 
     leaves = len(jax.tree.leaves(args[0]["params"] if "params" in args[0] else args[0]))
+    own = sum(per_pass.values())
+    top = sorted(per_pass.items(), key=lambda kv: -kv[1])[:4]
     return {
+        "fused": "yes" if any(kernel for _, kernel in passes.runs) else "no",
+        "passes": ", ".join(f"{name} {t / own:.0%}" for name, t in top) if own else "-",
+        "per_pass": per_pass,
         "workload": name,
         "rounds": rounds,
         "leaves": leaves,
@@ -191,20 +246,25 @@ def measure(name: str, rounds: int) -> dict:
     }
 
 
+def median_of(runs: list[dict], key: str) -> float:
+    return statistics.median(r.get(key, 0.0) for r in runs)
+
+
 def table(rows: list[dict]) -> str:
     head = (
-        "| workload | leaves | rounds | jax.jit first call | jgsess.jit first call | ratio | "
-        "pipeline: trace + passes + emit | XLA compile: jax.jit / jgsess.jit | "
+        "| workload | leaves | kernel taken | rounds | jax.jit first call | jgsess.jit first call "
+        "| ratio | pipeline: trace + passes + emit | largest shares of passes + emit | "
+        "XLA compile: jax.jit / jgsess.jit | "
         "pipeline / XLA (jax.jit, jgsess) | jax.jit's trace | pipeline - jax.jit's trace "
         "(/ XLA, jax.jit) |"
     )
-    out = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [head, "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         xla, ours = max(r["xla_jax"], 1e-9), max(r["xla_jgsess"], 1e-9)
         out.append(
-            f"| {r['workload']} | {r['leaves']} | {r['rounds']} | {r['jax']:.2f} s | "
-            f"{r['jgsess']:.2f} s | {r['ratio']:.2f}x | "
-            f"{r['pipeline']:.2f} s = {r['trace']:.2f} + {r['own']:.2f} | "
+            f"| {r['workload']} | {r['leaves']} | {r['fused']} | {r['rounds']} | "
+            f"{r['jax']:.2f} s | {r['jgsess']:.2f} s | {r['ratio']:.2f}x | "
+            f"{r['pipeline']:.2f} s = {r['trace']:.2f} + {r['own']:.2f} | {r['passes']} | "
             f"{r['xla_jax']:.2f} s / {r['xla_jgsess']:.2f} s | "
             f"{r['pipeline'] / xla:.0%}, {r['pipeline'] / ours:.0%} | {r['jax_trace']:.2f} s | "
             f"{r['added']:.2f} s ({r['added'] / xla:.0%}) |"
@@ -218,8 +278,9 @@ def chart(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, prefix in zip(axes, ("adamw-", ("mlp-", "cnn-"))):
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
+    groups = ("adamw-", "adamax-", ("mlp-", "cnn-", "resnet18", "efficientnet", "lora"))
+    for ax, prefix in zip(axes, groups):
         picked = [r for r in rows if r["workload"].startswith(prefix)]
         if not picked:
             continue
@@ -231,8 +292,9 @@ def chart(rows: list[dict], path: str) -> None:
         ax.set_xticks(at, labels)
         ax.set_ylabel("seconds")
         ax.legend(fontsize=8)
-    axes[0].set_title("optimizer step (optax.adamw), by leaves")
-    axes[1].set_title("flax train steps")
+    axes[0].set_title("optax.adamw step (fused), by leaves")
+    axes[1].set_title("optax.adamax step (nothing fuses), by leaves")
+    axes[2].set_title("flax train steps")
     fig.suptitle(f"time to first result, {jax.default_backend()} ({os.cpu_count()} cores)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -252,7 +314,8 @@ def main() -> None:
     rows = []
     for name in args.only.split(","):
         # XLA takes minutes on the largest unfused steps: one round there unless asked
-        big = WORKLOADS[name][1] >= 1000
+        size = WORKLOADS[name][1]
+        big = isinstance(size, int) and size >= 1000
         rows.append(measure(name, args.big_rounds if big else args.rounds))
         r = rows[-1]
         print(
