@@ -127,7 +127,7 @@ def decide(target: Target, node, record, nested: bool = False) -> Decision:
     return _by_measurement(target, record, spec.name, key, sides, lambda: guess)
 
 
-_AGREED: dict[str, Decision] = {}
+_AGREED: dict[tuple[KernelSpec, str], Decision] = {}  # per spec: a new registration is asked anew
 
 
 def agrees(target: Target, node) -> Decision:
@@ -137,8 +137,8 @@ def agrees(target: Target, node) -> Decision:
     or fails is not taken (the failure warned; raised under JGSESS_STRICT)."""
     spec = node.op
     key = autotune.key_of(node, target)
-    if key in _AGREED:
-        return _AGREED[key]
+    if (spec, key) in _AGREED:
+        return _AGREED[spec, key]
     if not has_devices(target.platform):
         return Decision(Impl.XLA, "not checked against its reference: no device here")
     rtol, atol = spec.tolerance
@@ -174,7 +174,7 @@ def agrees(target: Target, node) -> Decision:
             if close
             else f"differs from its reference by {worst:.3g} beyond rtol {rtol:g} (atol {atol:g})",
         )
-    _AGREED[key] = decision
+    _AGREED[spec, key] = decision
     return decision
 
 

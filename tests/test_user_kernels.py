@@ -225,6 +225,31 @@ def test_a_kernel_that_disagrees_is_not_taken(rmsnorm, monkeypatch):
         assert custom_calls(fused, x, scale) == []
 
 
+def test_a_kernel_registered_again_under_a_name_is_checked_again(rmsnorm, monkeypatch):
+    """What one registration's kernel showed is not taken for another's of the same name: the
+    dx kernel registered for the forward's code fails there (it takes three operands), is
+    declined with a warning, and the forward kernel is taken again after it."""
+    monkeypatch.setenv("JGSESS_KERNELS", "on")
+    monkeypatch.setenv("JGSESS_STRICT", "0")
+    x, scale = operands()
+
+    def model(x, s):
+        return rmsnorm.jnp_rms_norm(x, s, 1e-6)
+
+    example = (x, scale, 1e-6)
+    for target, taken in (("rms_norm", "kernel"), ("rms_norm_dx", "xla"), ("rms_norm", "kernel")):
+        kernel = jgsess.Kernel(target)
+        with jgsess.register_replacement(model_eps, kernel, example, attrs=("eps",), name="same"):
+            failing = pytest.warns(jgsess.JgsessFallbackWarning, match="running the kernel same")
+            with failing if taken == "xla" else contextlib.nullcontext():
+                (choice,) = jgsess.jit(model).report(x, scale).kernels
+            assert choice.impl == taken, (target, choice.reason)
+
+
+def model_eps(x, scale, eps):
+    return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps) * scale
+
+
 def test_measured_against_xla_and_cached(registered, tuning, monkeypatch):
     monkeypatch.delenv("JGSESS_KERNELS")
     x, scale = operands(rows=256, d=256)
