@@ -127,6 +127,25 @@ def decide(target: Target, node, record, nested: bool = False) -> Decision:
     return _by_measurement(target, record, spec.name, key, sides, lambda: guess)
 
 
+def _side_by_side(target: Target, fns, operands, dtype) -> list[list[np.ndarray]]:
+    """Each of `fns` compiled alone for the target and run there on `operands`: its results as
+    numpy arrays of `dtype`."""
+    compiled = target.compile(fns, operands)
+    args = target.put(operands)
+    with jax.ensure_compile_time_eval():
+        return [[np.asarray(x, dtype) for x in fn(*args)] for fn in compiled]
+
+
+def _failed(err: Exception, what: str, text: str, instead: str) -> str:
+    """A probe or check that raised: re-raised under JGSESS_STRICT, else warned once (`text`,
+    the cause, `instead`); the cause."""
+    if _config.strict():
+        raise err
+    cause = f"{type(err).__name__}: {err}"
+    warn_once(f"{what}: {cause}", f"jgsess: {text} ({cause}); {instead}", stacklevel=4)
+    return cause
+
+
 _AGREED: dict[tuple[KernelSpec, str], Decision] = {}  # per spec: a new registration is asked anew
 
 
@@ -144,19 +163,13 @@ def agrees(target: Target, node) -> Decision:
     rtol, atol = spec.tolerance
     sides = autotune.node_sides(node)
     try:
-        compiled = target.compile([sides.kernel, sides.xla], sides.operands)
-        args = target.put(sides.operands)
-        with jax.ensure_compile_time_eval():
-            kernel, xla = ([np.asarray(x, np.float64) for x in fn(*args)] for fn in compiled)
+        kernel, xla = _side_by_side(target, [sides.kernel, sides.xla], sides.operands, np.float64)
     except Exception as err:  # noqa: BLE001 - a failing kernel declines itself alone
-        if _config.strict():
-            raise
-        cause = f"{type(err).__name__}: {err}"
-        warn_once(
-            f"checking {key}: {cause}",
-            f"jgsess: running the kernel {spec.name} ({spec.target}) failed ({cause}); XLA's "
-            "code runs in its place",
-            stacklevel=3,
+        cause = _failed(
+            err,
+            f"checking {key}",
+            f"running the kernel {spec.name} ({spec.target}) failed",
+            "XLA's code runs in its place",
         )
         decision = Decision(Impl.XLA, f"the kernel failed: {cause}")
     else:
@@ -244,19 +257,13 @@ def numerics_match(
     if not has_devices(target.platform):  # a program for another machine: XLA cannot be asked
         return False
     try:
-        compiled = target.compile([run(Impl.KERNEL), run(Impl.XLA)], operands)
-        args = target.put(operands)
-        with jax.ensure_compile_time_eval():
-            kernel, xla = ([np.asarray(x, np.float32) for x in fn(*args)] for fn in compiled)
+        kernel, xla = _side_by_side(target, [run(Impl.KERNEL), run(Impl.XLA)], operands, np.float32)
     except Exception as err:  # noqa: BLE001 - one probe's failure declines its form alone
-        if _config.strict():
-            raise
-        cause = f"{type(err).__name__}: {err}"
-        warn_once(
-            f"probing {spec.name} {flags} {dtype}: {cause}",
-            f"jgsess: probing {spec.name}'s {np.dtype(dtype).name} form against XLA's code "
-            f"failed ({cause}); XLA's code runs that update",
-            stacklevel=3,
+        _failed(
+            err,
+            f"probing {spec.name} {flags} {dtype}",
+            f"probing {spec.name}'s {np.dtype(dtype).name} form against XLA's code failed",
+            "XLA's code runs that update",
         )
         return False
     return all(np.array_equal(a, b, equal_nan=True) for a, b in zip(kernel, xla))

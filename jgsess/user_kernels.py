@@ -163,20 +163,18 @@ def _check_target(kernel: Kernel) -> frozenset[str]:
     return platforms
 
 
-def _outputs(search, name, structs, attrs, names) -> list:
+def _example_graph(search, name, names, attrs: dict, operands) -> Graph:
+    """The search function traced on its example (attributes as their numbers), cleaned up as
+    programs are: its outputs' types, and the code other registrations must not take."""
     try:
-        out = jax.eval_shape(
-            lambda *arrays: fuse_registered.call(search, names, attrs, arrays),
-            *[s for n, s in zip(names, structs) if n not in attrs],
-        )
+        graph = traced(lambda *ops: fuse_registered.call(search, names, attrs, ops), operands)
     except Exception as err:
         raise ValueError(
             f"the search function {name} does not trace on its example: {err}"
         ) from err
-    leaves, _ = jax.tree.flatten(out)
-    if not leaves or not all(isinstance(o, jax.ShapeDtypeStruct) for o in leaves):
+    if not graph.outputs:
         raise ValueError(f"the search function {name} returns no arrays")
-    return leaves
+    return graph
 
 
 def _claims(rep: fuse_registered.Replacement, graph: Graph) -> bool:
@@ -241,20 +239,18 @@ def register_replacement(
             attr_values[n] = s
         elif not isinstance(s, jax.ShapeDtypeStruct):
             raise ValueError(f"the example of the operand {n} must be an array")
-    outputs = _outputs(search, what, structs, attr_values, names)
+    operands = [s for n, s in zip(names, structs) if n not in attrs]
+    exact_graph = _example_graph(search, what, names, attr_values, operands)
     if kernel.results is not None:
-        declared = kernel.results(
-            *[s for n, s in zip(names, structs) if n not in attrs], **attr_values
-        )
+        declared = kernel.results(*operands, **attr_values)
         declared = declared if isinstance(declared, (tuple, list)) else (declared,)
-        got = [(tuple(o.shape), np.dtype(o.dtype)) for o in outputs]
+        got = [(tuple(o.shape), np.dtype(o.dtype)) for o in exact_graph.outputs]
         want = [(tuple(d.shape), np.dtype(d.dtype)) for d in declared]
         if got != want:
             raise ValueError(
                 f"{what}'s outputs {got} on its example disagree with the results kernel "
                 f"{kernel.target!r} declares {want}"
             )
-    operands = [s for n, s in zip(names, structs) if n not in attrs]
     in_order = (*(n for n in names if n not in attrs), *attrs)  # operands, then attributes
 
     def example(*args):  # the attributes traced too: they bind the program's literals
@@ -289,9 +285,6 @@ def register_replacement(
     )
     rep = fuse_registered.Replacement(
         name, search, names, attrs, candidate, spec, extra_check, kernel.results
-    )
-    exact_graph = traced(
-        lambda *ops: fuse_registered.call(search, names, attr_values, ops), operands
     )
     if not _claims(rep, exact_graph):
         raise ValueError(
